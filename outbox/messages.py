@@ -1,0 +1,12 @@
+"""setMessage: put an execute or unblock message in the outbox, replacing one with the same key."""
+
+from outbox.models import Message, MessageKind
+
+
+def set_execute(address, task, now):
+    data = {"task": {"id": task.id, "version": task.version}}
+    Message.objects.set_message(MessageKind.EXECUTE, task.id, address, data, now)
+
+
+def set_unblock(address, record, now):
+    Message.objects.set_message(MessageKind.UNBLOCK, record["id"], address, {"promise": record}, now)

@@ -1,0 +1,94 @@
+"""The outbox: execute and unblock messages committed with the state change that caused them."""
+
+from django.db import models
+from django.db.models import Q
+
+from promises.protocol import IdField
+
+
+class MessageKind(models.TextChoices):
+    EXECUTE = "execute"
+    UNBLOCK = "unblock"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DROPPED = "dropped"  # nobody to deliver to (e.g. no live poll connection); execute is re-sent by timers
+    FAILED = "failed"  # delivery attempts exhausted
+
+
+def message_key(kind, subject, address):
+    """The spec's outbox key: execute is keyed by task id, unblock by promise id and address.
+
+    A new message with the same key replaces the old one (setMessage). The length prefix keeps
+    any id/address pair from colliding with another.
+    """
+    if kind == MessageKind.EXECUTE:
+        return f"e:{subject}"
+    return f"u:{len(subject)}:{subject}{address}"
+
+
+class MessageQuerySet(models.QuerySet):
+    def undelivered(self):
+        return self.filter(state=DeliveryState.PENDING)
+
+    def set_message(self, kind, subject, address, data, now):
+        """Insert or replace the message with this key, ready to be delivered again."""
+        message = Message(
+            key=message_key(kind, subject, address), kind=kind, subject=subject,
+            address=address, data=data, created_at=now, next_attempt_at=now,
+        )
+        self.bulk_create(
+            [message], update_conflicts=True, unique_fields=["key"],
+            update_fields=[
+                "address", "data", "created_at", "state", "attempts",
+                "next_attempt_at", "delivered_at", "last_error",
+            ],
+        )
+
+
+class Message(models.Model):
+    key = models.TextField(unique=True)
+    kind = models.CharField(max_length=7, choices=MessageKind.choices)
+    subject = IdField(help_text="The task id of an execute, the promise id of an unblock.")
+    address = models.TextField()
+    data = models.JSONField()
+    created_at = models.BigIntegerField()
+    state = models.CharField(max_length=9, choices=DeliveryState.choices, default=DeliveryState.PENDING)
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.BigIntegerField(null=True, blank=True)
+    delivered_at = models.BigIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"], name="message_undelivered",
+                condition=Q(state=DeliveryState.PENDING),
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.subject} → {self.address}"
+
+    def body(self, server_url=None):
+        """The message as workers receive it; execute carries the server's public URL (D14)."""
+        head = {"serverUrl": server_url} if server_url is not None and self.kind == MessageKind.EXECUTE else {}
+        return {"kind": self.kind, "head": head, "data": self.data}
+
+
+class Pause(models.Model):
+    """One row: whether debug.start has paused the background sweep and delivery."""
+
+    paused = models.BooleanField(default=False)
+
+    @classmethod
+    def set(cls, paused):
+        cls.objects.update_or_create(pk=1, defaults={"paused": paused})
+
+    @classmethod
+    def is_paused(cls):
+        return cls.objects.filter(pk=1, paused=True).exists()

@@ -1,0 +1,84 @@
+"""promise.* handlers (spec P-01 … P-06): each takes the decoded request and `now`, and returns a Reply."""
+
+from promises.engine import settle
+from promises.models import Callback, Listener, Promise, PromiseState, is_external, timeout_state
+from promises.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
+from tasks.engine import start_task
+from tasks.models import Task, TaskState
+
+
+def promise_get(req, now):
+    """P-01."""
+    promise = Promise.objects.filter(pk=req["id"]).first()
+    if promise is None:
+        return PROMISE_NOT_FOUND
+    return ok(promise=promise.projected(now).to_record())
+
+
+def promise_create(req, now):
+    """P-02: an existing promise is returned as it reads now; a new one is pending, or born settled if expired."""
+    existing = Promise.objects.filter(pk=req["id"]).first()
+    if existing is not None:
+        return ok(promise=existing.projected(now).to_record())
+    tags, timeout_at = req["tags"], req["timeout_at"]
+    if timeout_at > now:
+        promise = Promise.build(
+            req["id"], req["param"], tags, timeout_at, created_at=now, timeout_armed=is_external(tags)
+        )
+        promise.save(force_insert=True)
+        if promise.target is not None:
+            start_task(promise, now)
+    else:
+        promise = Promise.build(
+            req["id"], req["param"], tags, timeout_at,
+            state=timeout_state(tags), created_at=timeout_at, settled_at=timeout_at,
+        )
+        promise.save(force_insert=True)
+        if promise.target is not None:
+            Task.objects.create(promise=promise, state=TaskState.FULFILLED)
+    return ok(promise=promise.to_record())
+
+
+def promise_settle(req, now):
+    """P-03: settle a live promise; a settled or expired one is returned as it reads now, unchanged."""
+    promise = Promise.objects.locked(req["id"])
+    if promise is None:
+        return PROMISE_NOT_FOUND
+    if promise.is_live(now):
+        settle(promise, req["state"], req["value"], now, now)
+    return ok(promise=promise.projected(now).to_record())
+
+
+def promise_register_callback(req, now):
+    """P-04: the awaiter resumes when the awaited settles; registered only while both are live."""
+    promises = Promise.objects.lock_all([req["awaited"], req["awaiter"]])
+    awaited, awaiter = promises.get(req["awaited"]), promises.get(req["awaiter"])
+    if awaited is None:
+        return PROMISE_NOT_FOUND
+    if awaiter is None:
+        return Reply(422, "Awaiter promise not found")
+    if awaiter.target is None:
+        return Reply(422, "Awaiter promise has no resonate:target, so it cannot be resumed")
+    if awaited.is_live(now) and awaiter.is_live(now):
+        Callback.objects.bulk_create([Callback(awaited=awaited, awaiter=awaiter)], ignore_conflicts=True)
+    return ok(promise=awaited.projected(now).to_record())
+
+
+def promise_register_listener(req, now):
+    """P-05: the address gets an unblock when the promise settles; registered only while it is live."""
+    awaited = Promise.objects.locked(req["awaited"])
+    if awaited is None:
+        return PROMISE_NOT_FOUND
+    if awaited.is_live(now):
+        Listener.objects.bulk_create([Listener(promise=awaited, address=req["address"])], ignore_conflicts=True)
+    return ok(promise=awaited.projected(now).to_record())
+
+
+def promise_search(req, now):
+    """P-06 is a stub in the spec; decision D5: filter by projected state and tags, page by id."""
+    promises = Promise.objects.all()
+    if "state" in req:
+        promises = promises.with_projected_state(PromiseState(req["state"]), now)
+    promises = tagged(promises, "tags", req["tags"])
+    rows, cursor = page(promises, req.get("cursor"), req["limit"])
+    return searched("promises", [p.projected(now).to_record() for p in rows], cursor)

@@ -1,0 +1,167 @@
+"""Durable promises, the callbacks that wake their awaiters, and the listeners they notify."""
+
+import copy
+
+from django.db import models
+from django.db.models import Q
+
+from promises.protocol import BRANCH, EXTERNAL, TARGET, TIMER, IdField
+
+
+class PromiseState(models.TextChoices):
+    PENDING = "pending"
+    RESOLVED = "resolved"
+    REJECTED = "rejected"
+    REJECTED_CANCELED = "rejected_canceled"
+    REJECTED_TIMEDOUT = "rejected_timedout"
+
+
+def is_timer(tags):
+    return tags.get(TIMER) == "true"
+
+
+def is_external(tags):
+    """External promises get a durable timeout (spec `external`, plus extension E2's resonate:external)."""
+    return TARGET in tags or is_timer(tags) or tags.get(EXTERNAL) == "true"
+
+
+def timeout_state(tags):
+    """The state a promise reaches when its deadline passes: timers resolve, everything else times out."""
+    return PromiseState.RESOLVED if is_timer(tags) else PromiseState.REJECTED_TIMEDOUT
+
+
+class PromiseQuerySet(models.QuerySet):
+    def locked(self, promise_id):
+        """The promise, row-locked until the transaction ends (None if it does not exist).
+
+        The promise row is the lock for everything keyed by its id: every writer of a promise, of its
+        task or of its registrations locks the promise row first.
+        """
+        return self.select_for_update().filter(pk=promise_id).first()
+
+    def lock_all(self, ids):
+        """Lock several promises at once, in descending id order; returns {id: promise} for those that exist.
+
+        One order for everyone avoids deadlocks. Descending puts children ("wf.1") before their
+        parents ("wf"), the order in which settlement locks an awaited promise and then its awaiter.
+        """
+        rows = self.select_for_update().filter(pk__in=set(ids)).order_by("-id")
+        return {p.id: p for p in rows}
+
+    def with_projected_state(self, state, now):
+        """Promises whose projected state at `now` is `state` (search filters on what readers see)."""
+        live = Q(state=PromiseState.PENDING, timeout_at__gt=now)
+        expired = Q(state=PromiseState.PENDING, timeout_at__lte=now)
+        if state == PromiseState.PENDING:
+            return self.filter(live)
+        if state == PromiseState.RESOLVED:
+            return self.filter(Q(state=state) | (expired & Q(timer=True)))
+        if state == PromiseState.REJECTED_TIMEDOUT:
+            return self.filter(Q(state=state) | (expired & Q(timer=False)))
+        return self.filter(state=state)
+
+    def due(self, now):
+        """Armed promise timeouts at or before `now`, in firing order."""
+        return self.filter(timeout_armed=True, timeout_at__lte=now).order_by("timeout_at", "id")
+
+
+class Promise(models.Model):
+    id = IdField(primary_key=True)
+    state = models.CharField(max_length=17, choices=PromiseState.choices, default=PromiseState.PENDING)
+    param = models.JSONField(default=dict)
+    value = models.JSONField(default=dict)
+    tags = models.JSONField(default=dict)
+    timeout_at = models.BigIntegerField()
+    created_at = models.BigIntegerField()
+    settled_at = models.BigIntegerField(null=True, blank=True)
+    # The spec's promiseTimeouts entry: armed for external promises, fires at timeout_at.
+    timeout_armed = models.BooleanField(default=False)
+    # Copies of two tags, as columns so search and preload can use an index.
+    timer = models.BooleanField(default=False)
+    branch = models.TextField(null=True, blank=True)
+
+    objects = PromiseQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["timeout_at", "id"], name="promise_timeout_due", condition=Q(timeout_armed=True)
+            ),
+            models.Index(fields=["branch", "id"], name="promise_branch", condition=Q(branch__isnull=False)),
+            models.Index(fields=["state", "timeout_at"], name="promise_state"),
+        ]
+
+    def __str__(self):
+        return self.id
+
+    @classmethod
+    def build(cls, id, param, tags, timeout_at, **fields):
+        """An unsaved promise with the tag-derived columns filled in."""
+        return cls(
+            id=id, param=param, tags=tags, timeout_at=timeout_at,
+            timer=is_timer(tags), branch=tags.get(BRANCH), **fields,
+        )
+
+    @property
+    def target(self):
+        return self.tags.get(TARGET)
+
+    @property
+    def is_pending(self):
+        return self.state == PromiseState.PENDING
+
+    def is_live(self, now):
+        """Pending and not yet past its deadline: the only state in which a promise can change."""
+        return self.state == PromiseState.PENDING and self.timeout_at > now
+
+    def projected(self, now):
+        """The promise as readers see it at `now`: a pending promise past its deadline reads as settled.
+
+        Nothing is written; only on_promise_timeout writes the settlement (the spec's projection).
+        """
+        if self.state != PromiseState.PENDING or self.timeout_at > now:
+            return self
+        shown = copy.copy(self)
+        shown.state = timeout_state(self.tags)
+        shown.settled_at = self.timeout_at
+        return shown
+
+    def to_record(self):
+        record = {
+            "id": self.id,
+            "state": self.state,
+            "param": self.param,
+            "value": self.value,
+            "tags": self.tags,
+            "timeoutAt": self.timeout_at,
+            "createdAt": self.created_at,
+        }
+        if self.settled_at is not None:
+            record["settledAt"] = self.settled_at
+        return record
+
+
+class Callback(models.Model):
+    """An awaiter registered on an awaited promise: when the awaited settles, the awaiter resumes."""
+
+    awaited = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="callbacks")
+    awaiter = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="awaiting")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["awaited", "awaiter"], name="callback_unique")]
+
+    def __str__(self):
+        return f"{self.awaiter_id} awaits {self.awaited_id}"
+
+
+class Listener(models.Model):
+    """An address that receives an unblock message when the promise settles."""
+
+    promise = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="listeners")
+    address = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["promise", "address"], name="listener_unique")]
+
+    def __str__(self):
+        return f"{self.address} listens to {self.promise_id}"

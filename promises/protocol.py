@@ -1,0 +1,77 @@
+"""Vocabulary shared by every handler: replies, reserved tags, time arithmetic and the id column."""
+
+from typing import Any, NamedTuple
+
+from django.db import connections, models
+from django.db.models.fields.json import KeyTextTransform
+
+I64_MAX = 2**63 - 1
+
+TARGET = "resonate:target"
+TIMER = "resonate:timer"
+EXTERNAL = "resonate:external"
+DELAY = "resonate:delay"
+BRANCH = "resonate:branch"
+
+
+class Reply(NamedTuple):
+    """What a handler answers: a protocol status and the response data (an error text for 4xx)."""
+
+    status: int
+    data: Any
+
+
+def ok(**data):
+    return Reply(200, data)
+
+
+PROMISE_NOT_FOUND = Reply(404, "Promise not found")
+TASK_NOT_FOUND = Reply(404, "Task not found")
+SCHEDULE_NOT_FOUND = Reply(404, "Schedule not found")
+
+
+def later(now, delta):
+    """now + delta, saturating at the largest storable time (times are signed 64-bit ms)."""
+    return min(now + delta, I64_MAX)
+
+
+class IdField(models.TextField):
+    """A text id compared byte-wise, so cursors page in a stable order (COLLATE "C" on PostgreSQL)."""
+
+    def db_parameters(self, connection):
+        params = super().db_parameters(connection)
+        if connection.vendor == "postgresql":
+            params["collation"] = "C"
+        return params
+
+
+PROTOCOL_VERSION = "2026-04-01"
+
+
+def page(queryset, cursor, limit):
+    """One page of a search, ordered by id: (rows, cursor of the next page or None). The cursor is the last id."""
+    if cursor is not None:
+        queryset = queryset.filter(pk__gt=cursor)
+    rows = list(queryset.order_by("pk")[: limit + 1])
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1].pk
+    return rows, None
+
+
+def tagged(queryset, field, tags):
+    """Rows whose JSON `field` holds every given tag with exactly that value."""
+    if not tags:
+        return queryset
+    if connections[queryset.db].vendor == "postgresql":  # JSONB containment, served by a GIN index
+        return queryset.filter(**{f"{field}__contains": tags})
+    for n, (key, value) in enumerate(tags.items()):
+        queryset = queryset.alias(**{f"_tag{n}": KeyTextTransform(key, field)}).filter(**{f"_tag{n}": value})
+    return queryset
+
+
+def searched(key, records, cursor):
+    """A search reply: {key: records} plus the cursor only when there is a next page."""
+    data = {key: records}
+    if cursor is not None:
+        data["cursor"] = cursor
+    return Reply(200, data)

@@ -1,0 +1,44 @@
+"""Every protocol operation: its envelope kind, the shape of its data, and its handler."""
+
+from typing import NamedTuple
+
+from promises import handlers as promises
+from resonate_site.protocol import debug
+from resonate_site.protocol import serializers as s
+from schedules import handlers as schedules
+from tasks import handlers as tasks
+
+
+class Operation(NamedTuple):
+    request: type  # the serializer that decodes `data`
+    handler: object  # handler(req, now) -> Reply
+
+
+OPERATIONS = {
+    "promise.get": Operation(s.ById, promises.promise_get),
+    "promise.create": Operation(s.PromiseCreate, promises.promise_create),
+    "promise.settle": Operation(s.PromiseSettle, promises.promise_settle),
+    "promise.register_callback": Operation(s.PromiseRegisterCallback, promises.promise_register_callback),
+    "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
+    "promise.search": Operation(s.PromiseSearch, promises.promise_search),
+    "task.get": Operation(s.ById, tasks.task_get),
+    "task.create": Operation(s.TaskCreate, tasks.task_create),
+    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
+    "task.fence": Operation(s.TaskFence, tasks.task_fence),
+    "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat),
+    "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
+    "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill),
+    "task.release": Operation(s.TaskRelease, tasks.task_release),
+    "task.halt": Operation(s.ById, tasks.task_halt),
+    "task.continue": Operation(s.ById, tasks.task_continue),
+    "task.search": Operation(s.TaskSearch, tasks.task_search),
+    "schedule.get": Operation(s.ById, schedules.schedule_get),
+    "schedule.create": Operation(s.ScheduleCreate, schedules.schedule_create),
+    "schedule.delete": Operation(s.ById, schedules.schedule_delete),
+    "schedule.search": Operation(s.ScheduleSearch, schedules.schedule_search),
+    "debug.start": Operation(s.Empty, debug.debug_start),
+    "debug.stop": Operation(s.Empty, debug.debug_stop),
+    "debug.reset": Operation(s.Empty, debug.debug_reset),
+    "debug.snap": Operation(s.Empty, debug.debug_snap),
+    "debug.tick": Operation(s.DebugTick, debug.debug_tick),
+}

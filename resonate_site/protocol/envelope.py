@@ -1,0 +1,152 @@
+"""POST /: decode a request envelope, run its operation in one transaction, encode the reply (PROTOCOL.md §1)."""
+
+import logging
+
+import orjson
+from django.http import HttpResponse
+from rest_framework.views import APIView
+
+from promises.protocol import PROTOCOL_VERSION
+from promises.transactions import Busy, run_atomically
+from resonate_site.clock import now_ms
+from resonate_site.conf import resonate_settings
+from resonate_site.protocol.dispatch import OPERATIONS
+
+log = logging.getLogger(__name__)
+
+DEBUG_TIME = "resonate:debug_time"
+
+
+class Refusal(Exception):
+    """A request the server answers with an error status before running any operation."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def reply(kind, corr_id, status, data):
+    return {"kind": kind, "head": {"corrId": corr_id, "status": status, "version": PROTOCOL_VERSION}, "data": data}
+
+
+def answer(body, now=None):
+    """The reply envelope for one request body (bytes). Never raises for bad input."""
+    try:
+        envelope = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        return reply("unknown", "0", 400, f"Invalid request envelope: {error}")
+    kind, corr_id = echoed(envelope)
+    try:
+        problem = envelope_problem(envelope)
+        if problem:
+            raise Refusal(400, f"Invalid request envelope: {problem}")
+        operation, now = admit(envelope, now)
+        req = validate(operation, envelope["data"])
+        req["corr_id"] = corr_id
+        if kind == "debug.tick" and envelope["head"].get(DEBUG_TIME, req["time"]) != req["time"]:
+            raise Refusal(400, f"{DEBUG_TIME} must equal data.time in debug.tick")
+        status, data = run_atomically(operation.handler, req, now)
+    except Refusal as refusal:
+        return reply(kind, corr_id, refusal.status, refusal.message)
+    except Busy as busy:
+        log.warning("%s %s: %s", kind, corr_id, busy)
+        return reply(kind, corr_id, 503, "Server busy, please retry")
+    return reply(kind, corr_id, status, data)
+
+
+def echoed(envelope):
+    """The kind and corrId a reply echoes, as far as the envelope lets them be read (§1.3)."""
+    if not isinstance(envelope, dict):
+        return "unknown", "0"
+    kind = envelope.get("kind")
+    head = envelope.get("head")
+    corr_id = head.get("corrId") if isinstance(head, dict) else None
+    return (kind if isinstance(kind, str) else "unknown"), (corr_id if isinstance(corr_id, str) else "0")
+
+
+def envelope_problem(envelope):
+    """What is wrong with the envelope's required fields and their JSON types (§1.4 step 1), or None."""
+    if not isinstance(envelope, dict):
+        return "expected a JSON object"
+    if not isinstance(envelope.get("kind"), str):
+        return "'kind' must be a string"
+    head = envelope.get("head")
+    if not isinstance(head, dict):
+        return "'head' must be an object"
+    if not isinstance(head.get("corrId"), str):
+        return "'head.corrId' must be a string"
+    if not isinstance(head.get("version"), str):
+        return "'head.version' must be a string"
+    if "auth" in head and not isinstance(head["auth"], str):
+        return "'head.auth' must be a string"
+    debug_time = head.get(DEBUG_TIME)
+    if DEBUG_TIME in head and (not isinstance(debug_time, int) or isinstance(debug_time, bool) or debug_time < 0):
+        return f"'head.{DEBUG_TIME}' must be a non-negative integer"
+    if "data" not in envelope:
+        return "'data' is required"
+    return None
+
+
+def admit(envelope, now):
+    """The operation to run and the time to run it at (§1.4 steps 2-7)."""
+    kind, head = envelope["kind"], envelope["head"]
+    if kind == "":
+        raise Refusal(400, "Missing or invalid 'kind' field — must be a non-empty string")
+    if not isinstance(envelope["data"], dict):
+        raise Refusal(400, "Invalid 'data' field — must be an object")
+    if head["version"] != PROTOCOL_VERSION:
+        raise Refusal(400, f"Unsupported protocol version '{head['version']}', supported versions: [\"{PROTOCOL_VERSION}\"]")
+    operation = OPERATIONS.get(kind)
+    if operation is None:
+        raise Refusal(400, f"Unknown operation: {kind}")
+    debug = resonate_settings.DEBUG
+    if kind.startswith("debug.") and not debug:
+        raise Refusal(403, "Debug operations are disabled")
+    if debug and DEBUG_TIME in head:
+        return operation, head[DEBUG_TIME]
+    return operation, now if now is not None else now_ms()
+
+
+def validate(operation, data):
+    serializer = operation.request(data=data)
+    if not serializer.is_valid():
+        raise Refusal(400, f"Invalid request: {describe(serializer.errors)}")
+    return dict(serializer.validated_data)
+
+
+def describe(errors, path=""):
+    """DRF's nested error structure as one line: `action.data.timeoutAt: must be an integer`."""
+    if isinstance(errors, dict):
+        parts = []
+        for field, inner in errors.items():
+            name = path if field == "non_field_errors" else f"{path}.{field}" if path else field
+            parts.append(describe(inner, name))
+        return "; ".join(parts)
+    if isinstance(errors, list):
+        if all(isinstance(e, str) for e in errors):
+            return f"{path or 'data'}: {' '.join(errors)}"
+        return "; ".join(describe(e, f"{path}[{i}]") for i, e in enumerate(errors) if e)
+    return f"{path or 'data'}: {errors}"
+
+
+def declared_length(request):
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+class ProtocolView(APIView):
+    """POST / — the one endpoint of the protocol. The HTTP status always equals head.status."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    parser_classes = ()
+
+    def post(self, request):
+        limit = resonate_settings.MAX_BODY_BYTES
+        if declared_length(request) > limit:
+            envelope = reply("unknown", "0", 413, f"Request body larger than {limit} bytes")
+        else:
+            envelope = answer(request.body)
+        return HttpResponse(orjson.dumps(envelope), status=envelope["head"]["status"], content_type="application/json")

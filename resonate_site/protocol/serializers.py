@@ -1,0 +1,187 @@
+"""Request shapes of every protocol operation: the `data` of each envelope kind, decoded strictly.
+
+Validated data uses the handlers' snake_case names (`timeoutAt` → `timeout_at`). Optional fields
+that are absent or null take their defaults.
+"""
+
+from rest_framework import serializers
+
+from promises.models import PromiseState
+from resonate_site.protocol.fields import Address, Anything, Id, Int, StrictString, StringMap, Tags
+from schedules.cron import cron_error
+from tasks.models import TaskState
+
+SETTLE_STATES = [PromiseState.RESOLVED, PromiseState.REJECTED, PromiseState.REJECTED_CANCELED]
+
+
+class Strict(serializers.Serializer):
+    """A serializer whose optional fields treat an explicit null like an absent field."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            data = {
+                k: v for k, v in data.items()
+                if not (v is None and k in self.fields and not self.fields[k].required)
+            }
+        return super().to_internal_value(data)
+
+
+class ValueData(Strict):
+    headers = StringMap(required=False)
+    data = StrictString(required=False)
+
+
+def value_field(**kwargs):
+    return ValueData(required=False, default=dict, **kwargs)
+
+
+def tags_field(**kwargs):
+    return Tags(required=False, default=dict, **kwargs)
+
+
+class Limit(Int):
+    def __init__(self, default, **kwargs):
+        super().__init__(minimum=1, maximum=1000, required=False, default=default, **kwargs)
+
+
+class ById(Strict):
+    id = Id()
+
+
+# promise.*
+
+class PromiseCreate(Strict):
+    id = Id()
+    timeoutAt = Int(source="timeout_at")
+    param = value_field()
+    tags = tags_field()
+
+
+class PromiseSettle(Strict):
+    id = Id()
+    state = serializers.ChoiceField(SETTLE_STATES)
+    value = value_field()
+
+
+class PromiseRegisterCallback(Strict):
+    awaited = Id()
+    awaiter = Id()
+
+
+class PromiseRegisterListener(Strict):
+    awaited = Id()
+    address = Address()
+
+
+class PromiseSearch(Strict):
+    state = serializers.ChoiceField(PromiseState.values, required=False)
+    tags = StringMap(required=False, default=dict)
+    limit = Limit(default=100)
+    cursor = StrictString(required=False)
+
+
+# task.*
+
+def action(data_serializer, kinds=None):
+    """A nested request envelope {kind, head, data} whose data has the given shape."""
+
+    class Action(Strict):
+        kind = serializers.ChoiceField(kinds) if kinds else StrictString()
+        head = Anything(required=False)
+        data = data_serializer
+
+    return Action()
+
+
+class TaskCreate(Strict):
+    pid = Id()
+    ttl = Int()
+    action = action(PromiseCreate())
+
+
+class TaskAcquire(Strict):
+    id = Id()
+    version = Int()
+    pid = Id()
+    ttl = Int()
+
+
+class TaskFence(Strict):
+    id = Id()
+    version = Int()
+    action = action(Anything(), kinds=["promise.create", "promise.settle"])
+
+    def validate_action(self, action):
+        inner = (PromiseCreate if action["kind"] == "promise.create" else PromiseSettle)(data=action["data"])
+        if not inner.is_valid():
+            raise serializers.ValidationError({"data": inner.errors})
+        return {**action, "data": inner.validated_data}
+
+
+class TaskRef(Strict):
+    id = Id()
+    version = Int()
+
+
+class TaskHeartbeat(Strict):
+    pid = Id()
+    tasks = TaskRef(many=True)
+
+
+class TaskSuspend(Strict):
+    id = Id()
+    version = Int()
+    actions = serializers.ListField(child=action(PromiseRegisterCallback()), allow_empty=True)
+
+
+class TaskFulfill(Strict):
+    id = Id()
+    version = Int()
+    action = action(PromiseSettle())
+
+
+class TaskRelease(Strict):
+    id = Id()
+    version = Int()
+
+
+class TaskSearch(Strict):
+    state = serializers.ChoiceField(TaskState.values, required=False)
+    limit = Limit(default=100)
+    cursor = StrictString(required=False)
+
+
+# schedule.*
+
+class Cron(StrictString):
+    def to_internal_value(self, data):
+        data = super().to_internal_value(data)
+        problem = cron_error(data)
+        if problem:
+            raise serializers.ValidationError(f"invalid cron expression {data!r}: {problem}")
+        return data
+
+
+class ScheduleCreate(Strict):
+    id = Id()
+    cron = Cron()
+    promiseId = Id(source="promise_id")
+    promiseTimeout = Int(source="promise_timeout")
+    promiseParam = value_field(source="promise_param")
+    promiseTags = tags_field(source="promise_tags")
+
+
+class ScheduleSearch(Strict):
+    tags = StringMap(required=False, default=dict)
+    limit = Limit(default=10)
+    cursor = StrictString(required=False)
+
+
+# debug.*
+
+class DebugTick(Strict):
+    time = Int()
+
+
+class Empty(Strict):
+    pass

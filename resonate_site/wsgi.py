@@ -1,0 +1,9 @@
+"""WSGI entry point: resonate_site.wsgi:application."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
+
+application = get_wsgi_application()

@@ -1,0 +1,98 @@
+"""Task machinery shared by handlers and timeouts: enqueueResume, fulfilment, the two task timeouts, preload."""
+
+from outbox.messages import set_execute
+from promises.models import Promise
+from promises.protocol import DELAY, later
+from resonate_site.conf import resonate_settings
+from tasks.models import Task, TaskState, TimeoutKind
+
+
+def retry_at(now):
+    return later(now, resonate_settings.RETRY_TIMEOUT_MS)
+
+
+def send_execute(task, now):
+    """Queue execute(task, version) to the target of the task's promise; "" when it has none (as the spec does)."""
+    set_execute(task.promise.target or "", task, now)
+
+
+def start_task(promise, now):
+    """The pending task of a new targeted promise (P-02): dispatched now, or held until resonate:delay."""
+    task = Task(promise=promise, state=TaskState.PENDING, version=0)
+    delay = int(promise.tags.get(DELAY, 0))
+    if delay > now:
+        task.set_timeout(TimeoutKind.RETRY, delay)
+        task.save(force_insert=True)
+        return
+    task.set_timeout(TimeoutKind.RETRY, retry_at(now))
+    task.save(force_insert=True)
+    send_execute(task, now)
+
+
+def return_to_pending(task, now):
+    """A task goes back to pending with a retry timeout and an execute to its target; the version is kept."""
+    task.state = TaskState.PENDING
+    task.clear_lease()
+    task.set_timeout(TimeoutKind.RETRY, retry_at(now))
+    task.save()
+    send_execute(task, now)
+
+
+def acquire(task, pid, ttl, now):
+    """A pending task becomes acquired by pid for ttl ms, with the next version as its fencing token."""
+    task.state = TaskState.ACQUIRED
+    task.version += 1
+    task.pid, task.ttl = pid, ttl
+    task.resumes = []
+    task.set_timeout(TimeoutKind.LEASE, later(now, ttl))
+    task.save()
+
+
+def fulfil(task_id):
+    """The task of a settled promise is done: no lease, no timeout, no resumes (if there is a task)."""
+    Task.objects.filter(pk=task_id).update(
+        state=TaskState.FULFILLED, pid=None, ttl=None, resumes=[], timeout_kind=None, timeout_at=None
+    )
+
+
+def enqueue_resume(awaited_id, awaiter_id, now):
+    """Wake the awaiter's task because `awaited_id` settled (spec 00-resume.lean)."""
+    task = Task.objects.locked(awaiter_id)
+    if task is None:
+        return
+    if task.state == TaskState.SUSPENDED:
+        task.state = TaskState.PENDING
+        task.resumes = [awaited_id]
+        task.set_timeout(TimeoutKind.RETRY, retry_at(now))
+        task.save()
+        if task.promise.target:
+            set_execute(task.promise.target, task, now)
+    elif task.state != TaskState.FULFILLED and awaited_id not in task.resumes:
+        task.resumes.append(awaited_id)
+        task.save(update_fields=["resumes"])
+
+
+def on_task_retry_timeout(task_id, now):
+    """A pending task's retry timeout fired: re-send its execute and re-arm (02-timeouts.lean)."""
+    task = Task.objects.locked(task_id)
+    if task is None or task.state != TaskState.PENDING:
+        return
+    task.set_timeout(TimeoutKind.RETRY, retry_at(now))
+    task.save(update_fields=["timeout_kind", "timeout_at"])
+    send_execute(task, now)
+
+
+def on_task_lease_timeout(task_id, now):
+    """An acquired task's lease lapsed: back to pending, same version, execute re-sent (02-timeouts.lean)."""
+    task = Task.objects.locked(task_id)
+    if task is None or task.state != TaskState.ACQUIRED:
+        return
+    return_to_pending(task, now)
+
+
+def preload(promise, now):
+    """Records of the promises sharing the task promise's resonate:branch, by id (decision D6), projected."""
+    if promise.branch is None:
+        return []
+    siblings = Promise.objects.filter(branch=promise.branch).exclude(pk=promise.id).order_by("id")
+    return [p.projected(now).to_record() for p in siblings]

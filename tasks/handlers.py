@@ -1,0 +1,209 @@
+"""task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
+
+from promises.engine import settle
+from promises.handlers import promise_create, promise_settle
+from promises.models import Callback, Promise, PromiseState, timeout_state
+from promises.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
+from tasks.engine import acquire, preload, return_to_pending
+from tasks.models import Task, TaskState, TimeoutKind
+
+NOT_PENDING = Reply(409, "Task is not pending")
+NOT_ACQUIRED = Reply(409, "Task is not acquired")
+NOT_LIVE = Reply(409, "Task's promise is already settled or timed out")
+STALE_VERSION = Reply(409, "Task version does not match (the task was acquired again)")
+
+
+def held(task, req, now):
+    """The 409 a task operation gets unless the caller holds the task: acquired, live, same version."""
+    if task.state != TaskState.ACQUIRED:
+        return NOT_ACQUIRED
+    if not task.promise.is_live(now):
+        return NOT_LIVE
+    if task.version != req["version"]:
+        return STALE_VERSION
+    return None
+
+
+def task_get(req, now):
+    """T-01: the task as it reads now (fulfilled once its promise is settled or expired)."""
+    task = Task.objects.with_promise(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    return ok(task=task.projected(task.promise, now).to_record())
+
+
+def task_create(req, now):
+    """T-02: create the promise with its task acquired by the caller, or acquire the existing pending task."""
+    action = req["action"]
+    promise = Promise.objects.locked(action["id"])
+    if promise is None:
+        return _create_acquired(action, req["pid"], req["ttl"], now)
+    if promise.target is None:
+        return Reply(422, "Promise exists without a resonate:target, so it has no task")
+    task = Task.objects.filter(pk=promise.id).first()
+    if task is None:
+        return Reply(409, "Promise exists without a task")
+    if task.state == TaskState.FULFILLED:
+        return ok(task=task.to_record(), promise=promise.to_record(), preload=[])
+    if task.state != TaskState.PENDING:
+        return Reply(409, f"Task already exists and is {task.state}")
+    task.promise = promise
+    acquire(task, req["pid"], req["ttl"], now)
+    return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
+
+
+def _create_acquired(action, pid, ttl, now):
+    tags, timeout_at = action["tags"], action["timeout_at"]
+    if timeout_at <= now:
+        promise = Promise.build(
+            action["id"], action["param"], tags, timeout_at,
+            state=timeout_state(tags), created_at=timeout_at, settled_at=timeout_at,
+        )
+        promise.save(force_insert=True)
+        task = Task.objects.create(promise=promise, state=TaskState.FULFILLED)
+        return ok(task=task.to_record(), promise=promise.to_record(), preload=[])
+    promise = Promise.build(action["id"], action["param"], tags, timeout_at, created_at=now, timeout_armed=True)
+    promise.save(force_insert=True)
+    task = Task(
+        promise=promise, state=TaskState.ACQUIRED, version=1, pid=pid, ttl=ttl,
+        timeout_kind=TimeoutKind.LEASE, timeout_at=later(now, ttl),
+    )
+    task.save(force_insert=True)
+    return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
+
+
+def task_acquire(req, now):
+    """T-03: a pending task whose promise is live is acquired at the version its execute carried."""
+    task = Task.objects.locked(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    if task.state != TaskState.PENDING:
+        return NOT_PENDING
+    if not task.promise.is_live(now):
+        return NOT_LIVE
+    if task.version != req["version"]:
+        return STALE_VERSION
+    acquire(task, req["pid"], req["ttl"], now)
+    return ok(task=task.to_record(), promise=task.promise.to_record(), preload=preload(task.promise, now))
+
+
+def task_fence(req, now):
+    """T-04: run a promise.create or promise.settle only while the caller holds the task."""
+    action = req["action"]
+    Promise.objects.lock_all([action["data"]["id"], req["id"]])
+    task = Task.objects.with_promise(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    refused = held(task, req, now)
+    if refused:
+        return refused
+    inner = promise_create if action["kind"] == "promise.create" else promise_settle
+    status, data = inner(action["data"], now)
+    head = {"corrId": req["corr_id"], "status": status, "version": PROTOCOL_VERSION}
+    return ok(action={"kind": action["kind"], "head": head, "data": data}, preload=preload(task.promise, now))
+
+
+def task_heartbeat(req, now):
+    """T-05: renew the leases the caller holds; extension E1: an empty list renews every lease of the pid."""
+    refs = {(ref["id"], ref["version"]) for ref in req["tasks"]}
+    if not refs:
+        held_by_pid = Task.objects.filter(pid=req["pid"], state=TaskState.ACQUIRED)
+        refs = set(held_by_pid.values_list("promise_id", "version"))
+    Promise.objects.lock_all([task_id for task_id, _ in refs])
+    tasks = Task.objects.select_related("promise").in_bulk([task_id for task_id, _ in refs])
+    for task_id, version in sorted(refs):
+        task = tasks.get(task_id)
+        if (
+            task is not None and task.state == TaskState.ACQUIRED and task.version == version
+            and task.pid == req["pid"] and task.promise.is_live(now)
+        ):
+            task.set_timeout(TimeoutKind.LEASE, later(now, task.ttl or 0))
+            task.save(update_fields=["timeout_kind", "timeout_at"])
+    return ok()
+
+
+def task_suspend(req, now):
+    """T-06: the task waits for the awaited promises (200), or keeps running if one has settled (300)."""
+    awaited_ids = [action["data"]["awaited"] for action in req["actions"]]
+    promises = Promise.objects.lock_all([*awaited_ids, req["id"]])
+    task = Task.objects.with_promise(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    refused = held(task, req, now)
+    if refused:
+        return refused
+    if any(awaited_id not in promises for awaited_id in awaited_ids):
+        return Reply(422, "Awaited promise not found")
+    task.resumes = []
+    if any(not promises[awaited_id].is_live(now) for awaited_id in awaited_ids):
+        task.save(update_fields=["resumes"])
+        return Reply(300, {"preload": preload(task.promise, now)})
+    Callback.objects.bulk_create(
+        [Callback(awaited_id=awaited_id, awaiter_id=task.id) for awaited_id in awaited_ids],
+        ignore_conflicts=True,
+    )
+    task.state = TaskState.SUSPENDED
+    task.clear_lease()
+    task.clear_timeout()
+    task.save()
+    return ok()
+
+
+def task_fulfill(req, now):
+    """T-07: the holder settles the task's own promise; the task is fulfilled with it."""
+    task = Task.objects.locked(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    refused = held(task, req, now)
+    if refused:
+        return refused
+    action = req["action"]["data"]
+    settle(task.promise, action["state"], action["value"], now, now)
+    return ok(promise=task.promise.to_record())
+
+
+def task_release(req, now):
+    """T-08: the holder gives the task back; it is pending again at the same version."""
+    task = Task.objects.locked(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    refused = held(task, req, now)
+    if refused:
+        return refused
+    return_to_pending(task, now)
+    return ok()
+
+
+def task_halt(req, now):
+    """T-09: stop dispatching the task until task.continue."""
+    task = Task.objects.locked(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    if task.state == TaskState.FULFILLED:
+        return Reply(409, "Task is fulfilled")
+    if task.state != TaskState.HALTED:
+        task.state = TaskState.HALTED
+        task.clear_lease()
+        task.clear_timeout()
+        task.save()
+    return ok()
+
+
+def task_continue(req, now):
+    """T-10: a halted task is pending again and re-offered to its target."""
+    task = Task.objects.locked(req["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    if task.state != TaskState.HALTED:
+        return Reply(409, "Task is not halted")
+    return_to_pending(task, now)
+    return ok()
+
+
+def task_search(req, now):
+    """T-11 is a stub in the spec; tasks are filtered and returned as they read now (as task.get shows them)."""
+    tasks = Task.objects.select_related("promise")
+    if "state" in req:
+        tasks = tasks.with_projected_state(TaskState(req["state"]), now)
+    rows, cursor = page(tasks, req.get("cursor"), req["limit"])
+    return searched("tasks", [t.projected(t.promise, now).to_record() for t in rows], cursor)

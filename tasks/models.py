@@ -1,0 +1,102 @@
+"""Tasks: the unit of work behind a targeted promise, with its lease and its single timeout."""
+
+import copy
+
+from django.db import models
+from django.db.models import Q
+
+from promises.models import Promise, PromiseState
+
+
+class TaskState(models.TextChoices):
+    PENDING = "pending"
+    ACQUIRED = "acquired"
+    SUSPENDED = "suspended"
+    HALTED = "halted"
+    FULFILLED = "fulfilled"
+
+
+class TimeoutKind(models.IntegerChoices):
+    RETRY = 0  # a pending task's execute is re-sent
+    LEASE = 1  # an acquired task's lease expires
+
+
+class TaskQuerySet(models.QuerySet):
+    def with_promise(self, task_id):
+        """The task with its promise loaded (None if there is no task)."""
+        return self.select_related("promise").filter(pk=task_id).first()
+
+    def locked(self, task_id):
+        """The task with its promise, for writing: the promise row is locked, and it guards the task too."""
+        return self.select_related("promise").select_for_update(of=("promise",)).filter(pk=task_id).first()
+
+    def due(self, kind, now):
+        """Task timeouts of one kind at or before `now`, in firing order."""
+        return self.filter(timeout_kind=kind, timeout_at__lte=now).order_by("timeout_at", "promise_id")
+
+    def with_projected_state(self, state, now):
+        """Tasks whose projected state at `now` (see Task.projected) is `state`."""
+        live = Q(promise__state=PromiseState.PENDING, promise__timeout_at__gt=now)
+        if state == TaskState.FULFILLED:
+            return self.filter(Q(state=state) | ~live)
+        return self.filter(live, state=state)
+
+
+class Task(models.Model):
+    promise = models.OneToOneField(
+        Promise, primary_key=True, on_delete=models.CASCADE, db_column="id", related_name="task"
+    )
+    state = models.CharField(max_length=9, choices=TaskState.choices, default=TaskState.PENDING)
+    version = models.BigIntegerField(default=0)
+    pid = models.TextField(null=True, blank=True)
+    ttl = models.BigIntegerField(null=True, blank=True)
+    # Ids of the promises whose settlement resumed this task since it was last acquired.
+    resumes = models.JSONField(default=list)
+    # The spec's taskTimeouts entry; every transition leaves a task with at most one.
+    timeout_kind = models.SmallIntegerField(choices=TimeoutKind.choices, null=True, blank=True)
+    timeout_at = models.BigIntegerField(null=True, blank=True)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["timeout_kind", "timeout_at"], name="task_timeout_due",
+                condition=Q(timeout_kind__isnull=False),
+            ),
+            models.Index(fields=["pid"], name="task_pid", condition=Q(pid__isnull=False)),
+        ]
+
+    def __str__(self):
+        return self.id
+
+    @property
+    def id(self):
+        return self.promise_id
+
+    def set_timeout(self, kind, at):
+        self.timeout_kind, self.timeout_at = kind, at
+
+    def clear_timeout(self):
+        self.timeout_kind = self.timeout_at = None
+
+    def clear_lease(self):
+        self.pid = self.ttl = None
+
+    def projected(self, promise, now):
+        """The task as readers see it: once its promise is settled or expired, the task reads as fulfilled."""
+        if promise.is_live(now):
+            return self
+        shown = copy.copy(self)
+        shown.state = TaskState.FULFILLED
+        shown.resumes = []
+        shown.clear_lease()
+        return shown
+
+    def to_record(self):
+        record = {"id": self.id, "state": self.state, "version": self.version, "resumes": len(self.resumes)}
+        if self.ttl is not None:
+            record["ttl"] = self.ttl
+        if self.pid is not None:
+            record["pid"] = self.pid
+        return record
