@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 
 from django.db import connections, models
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
 
 I64_MAX = 2**63 - 1
 
@@ -64,8 +65,8 @@ def tagged(queryset, field, tags):
         return queryset
     if connections[queryset.db].vendor == "postgresql":  # JSONB containment, served by a GIN index
         return queryset.filter(**{f"{field}__contains": tags})
-    for n, (key, value) in enumerate(tags.items()):
-        queryset = queryset.alias(**{f"_tag{n}": KeyTextTransform(key, field)}).filter(**{f"_tag{n}": value})
+    for key, value in tags.items():
+        queryset = queryset.filter(Exact(KeyTextTransform(key, field), value))
     return queryset
 
 

@@ -34,7 +34,7 @@ def task_get(req, now):
 
 def task_create(req, now):
     """T-02: create the promise with its task acquired by the caller, or acquire the existing pending task."""
-    action = req["action"]
+    action = req["action"]["data"]
     promise = Promise.objects.locked(action["id"])
     if promise is None:
         return _create_acquired(action, req["pid"], req["ttl"], now)

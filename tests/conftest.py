@@ -1,0 +1,88 @@
+"""Fixtures: a protocol client that speaks POST / envelopes, with debug operations enabled."""
+
+from typing import Any, NamedTuple
+
+import orjson
+import pytest
+
+VERSION = "2026-04-01"
+
+
+class Answer(NamedTuple):
+    status: int  # head.status (the test also checks it equals the HTTP status)
+    data: Any
+    envelope: dict
+
+
+class Protocol:
+    """Sends one envelope to POST / through Django's test client and checks the envelope invariants."""
+
+    def __init__(self, client):
+        self.client = client
+        self.sent = 0
+
+    def __call__(self, kind, data, now=None, head=None):
+        self.sent += 1
+        head = {"corrId": f"c{self.sent}", "version": VERSION, **(head or {})}
+        if now is not None:
+            head["resonate:debug_time"] = now
+        return self.raw(orjson.dumps({"kind": kind, "head": head, "data": data}), kind, head["corrId"])
+
+    def raw(self, body, kind=None, corr_id=None):
+        response = self.client.post("/", body, content_type="application/json")
+        envelope = orjson.loads(response.content)
+        assert response["Content-Type"] == "application/json"
+        assert envelope["head"]["status"] == response.status_code
+        assert envelope["head"]["version"] == VERSION
+        if kind is not None:
+            assert envelope["kind"] == kind
+            assert envelope["head"]["corrId"] == corr_id
+        if response.status_code >= 400:
+            assert isinstance(envelope["data"], str), envelope
+        assert_no_nulls(envelope)
+        return Answer(response.status_code, envelope["data"], envelope)
+
+    def snap(self):
+        answer = self("debug.snap", {})
+        assert answer.status == 200
+        return answer.data
+
+    def tick(self, time):
+        answer = self("debug.tick", {"time": time})
+        assert answer.status == 200 and answer.data == []
+
+
+def assert_no_nulls(value, path="$"):
+    """Optional fields are omitted, never null (decision D2)."""
+    assert value is not None, f"null at {path}"
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            assert_no_nulls(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for n, inner in enumerate(value):
+            assert_no_nulls(inner, f"{path}[{n}]")
+
+
+@pytest.fixture(autouse=True)
+def debug_enabled(settings):
+    settings.RESONATE = {**settings.RESONATE, "DEBUG": True}
+
+
+@pytest.fixture
+def protocol(db, client):
+    return Protocol(client)
+
+
+# Shorthands for building requests.
+TARGET = "poll://any@default"
+
+
+def create(id, timeout_at=10_000, tags=None, param=None):
+    data = {"id": id, "timeoutAt": timeout_at, "tags": tags or {}}
+    if param is not None:
+        data["param"] = param
+    return data
+
+
+def action(kind, data):
+    return {"kind": kind, "head": {"corrId": "inner", "version": VERSION}, "data": data}
