@@ -77,6 +77,10 @@ DEFAULT_SQLITE = BASE_DIR / "var" / "resonate.sqlite3"
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE}"))}
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory: tests with several threads (live server, races) need WAL and real locking.
+    main = Path(DATABASES["default"]["NAME"])
+    DATABASES["default"]["TEST"] = {"NAME": str(main.with_name(f"test-{main.name}"))}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -27,8 +27,18 @@ class TaskQuerySet(models.QuerySet):
         return self.select_related("promise").filter(pk=task_id).first()
 
     def locked(self, task_id):
-        """The task with its promise, for writing: the promise row is locked, and it guards the task too."""
-        return self.select_related("promise").select_for_update(of=("promise",)).filter(pk=task_id).first()
+        """The task with its promise, for writing: the promise row is locked, and it guards the task too.
+
+        Two statements on purpose: under READ COMMITTED a row read in the same statement as a lock that
+        had to wait comes from the statement's old snapshot; the task is read after the lock is held.
+        """
+        promise = Promise.objects.locked(task_id)
+        if promise is None:
+            return None
+        task = self.filter(pk=task_id).first()
+        if task is not None:
+            task.promise = promise
+        return task
 
     def due(self, kind, now):
         """Task timeouts of one kind at or before `now`, in firing order."""

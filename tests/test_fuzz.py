@@ -6,17 +6,21 @@
    200/300/400/404/409/422 may come back.
 3. Every 4xx (404/409/422 included) leaves the stored state exactly as it was.
 
-Each example starts from `debug.reset` plus a small fixed state (the `db` fixture wraps the whole
-test in one transaction, so examples would otherwise see each other's writes). The example counts
-keep the file near a minute on SQLite; set FUZZ_EXAMPLES=<n> to run n examples per test instead.
+Each example starts from the same small state: `debug.reset` and a seed built through the protocol
+once per test, then every example runs inside a savepoint that is rolled back afterwards (the `db`
+fixture wraps the whole test in one transaction, so examples would otherwise see each other's
+writes; this is a per-example reset and re-seed, only cheaper). The example counts keep the file
+near a minute on SQLite; set FUZZ_EXAMPLES=<n> to run n examples per test instead.
 """
 
 import json
 import os
+from contextlib import contextmanager
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
+from django.db import transaction
 from hypothesis import strategies as st
 
 from resonate_site.protocol.dispatch import OPERATIONS
@@ -99,6 +103,14 @@ def seed(protocol):
     ok("promise.settle", {"id": "q", "state": "resolved", "value": {"data": "eA=="}})
     ok("schedule.create", {"id": "s", "cron": "0 * * * *", "promiseId": "s.{{.timestamp}}",
                            "promiseTimeout": 60_000, "promiseTags": {TARGET: SEED_ADDRESS}})
+
+
+@contextmanager
+def rolled_back():
+    """Whatever the block writes is undone, so the next example starts from the same state."""
+    with transaction.atomic():
+        yield
+        transaction.set_rollback(True)
 
 
 def stored(protocol):
@@ -323,23 +335,52 @@ def check_echo(answer, raw):
     assert answer.envelope["head"]["corrId"] == (corr_id if isinstance(corr_id, str) else "0")
 
 
+def check_reply(protocol, raw, before, allowed=ALLOWED):
+    """Send one body: a protocol status, the echo, the data shape, and no write on a refusal."""
+    answer = protocol.raw(raw)
+    event(f"{answer.envelope['kind']} {answer.status}")
+    assert answer.status in allowed, answer
+    check_echo(answer, raw)
+    after = stored(protocol)
+    if answer.status >= 400:
+        assert after == before, answer
+    elif answer.envelope["kind"] == "debug.tick":
+        assert answer.data == []
+    else:
+        assert isinstance(answer.data, dict)
+        if answer.status == 300:
+            assert answer.envelope["kind"] == "task.suspend" and isinstance(answer.data["preload"], list)
+    return answer, after
+
+
+BODIES = st.one_of(
+    st.binary(max_size=200),
+    JSON.map(dumps),
+    st.sampled_from([b"", b" ", b"{}", b"[]", b"null", b"\xef\xbb\xbf{}", b'{"kind": NaN}', b"1e400"]),
+)
+
+
 @fuzz_settings(150)
-@given(raw=st.one_of(st.binary(max_size=200), JSON.map(dumps), st.sampled_from([b"", b" ", b"{}", b"[]", b"null"])))
+@given(raw=BODIES)
 def test_arbitrary_bytes_get_400(protocol, raw):
     answer = protocol.raw(raw)
     assert answer.status == 400, answer
+    assert answer.data.startswith("Invalid request envelope: ")
     check_echo(answer, raw)
 
 
-@fuzz_settings(150)
-@given(value=JSON)
-def test_arbitrary_json_values_get_400(protocol, value):
-    raw = dumps(value)
-    answer = protocol.raw(raw)
-    assert answer.status == 400, answer
-    check_echo(answer, raw)
-    assert answer.data.startswith(("Invalid request envelope", "Missing or invalid 'kind'", "Invalid 'data'",
-                                   "Unsupported protocol version", "Unknown operation"))
+def test_arbitrary_json_values_get_400_and_write_nothing(protocol):
+    seed(protocol)
+    before = stored(protocol)
+
+    @fuzz_settings(150)
+    @given(value=JSON)
+    def run(value):
+        answer, _ = check_reply(protocol, dumps(value), before, allowed={400})
+        assert answer.data.startswith(("Invalid request envelope: ", "Missing or invalid 'kind'", "Invalid 'data'",
+                                       "Unsupported protocol version", "Unknown operation: "))
+
+    run()
 
 
 ENVELOPE_SHAPED = st.fixed_dictionaries({}, optional={
@@ -355,41 +396,33 @@ ENVELOPE_SHAPED = st.fixed_dictionaries({}, optional={
 })
 
 
-@fuzz_settings(200)
-@given(value=ENVELOPE_SHAPED)
-def test_arbitrary_envelopes_get_a_protocol_status_and_echo_what_they_can(protocol, value):
-    protocol("debug.reset", {})
+def test_arbitrary_envelopes_get_a_protocol_status_and_refusals_write_nothing(protocol):
+    seed(protocol)
     before = stored(protocol)
-    raw = dumps(value)
-    answer = protocol.raw(raw)
-    assert answer.status in ALLOWED, answer
-    check_echo(answer, raw)
-    if answer.status >= 400:
-        assert stored(protocol) == before
+
+    @fuzz_settings(200)
+    @given(value=ENVELOPE_SHAPED)
+    def run(value):
+        with rolled_back():
+            check_reply(protocol, dumps(value), before)
+
+    run()
 
 
 # 2 and 3. Every operation: only protocol statuses, and a refusal writes nothing
 
 @pytest.mark.parametrize("kind", sorted(OPERATIONS))
 def test_every_operation_answers_a_protocol_status_and_refusals_write_nothing(protocol, kind):
-    @fuzz_settings(12)
+    seed(protocol)
+    seeded = stored(protocol)
+
+    @fuzz_settings(25)
     @given(batch=st.lists(requests(kind), min_size=1, max_size=3))
     def run(batch):
-        seed(protocol)
-        before = stored(protocol)
-        for request in batch:
-            note(repr(request))
-            answer = protocol.raw(dumps(request), kind, request["head"]["corrId"])
-            assert answer.status in ALLOWED, answer
-            after = stored(protocol)
-            if answer.status >= 400:
-                assert after == before, answer
-            elif kind == "debug.tick":
-                assert answer.data == []
-            else:
-                assert isinstance(answer.data, dict)
-                if answer.status == 300:
-                    assert kind == "task.suspend" and isinstance(answer.data["preload"], list)
-            before = after
+        with rolled_back():
+            before = seeded
+            for request in batch:
+                note(repr(request))
+                _, before = check_reply(protocol, dumps(request), before)
 
     run()

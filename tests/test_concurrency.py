@@ -1,0 +1,137 @@
+"""Many clients racing on the same few ids over real HTTP: no 5xx, one winner per race, invariants intact."""
+
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.conformance.invariants import violations
+
+THREADS = 16
+TARGET = "poll://any@default"
+FAR = 2**62
+
+
+class Client:
+    def __init__(self, url):
+        self.http = httpx.Client(base_url=url, timeout=60)
+        self.sent = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.http.close()  # lets the live server's thread (and its database connection) finish
+
+    def __call__(self, kind, data):
+        self.sent += 1
+        head = {"corrId": f"{threading.get_ident()}-{self.sent}", "version": "2026-04-01"}
+        response = self.http.post("/", json={"kind": kind, "head": head, "data": data})
+        envelope = response.json()
+        assert response.status_code == envelope["head"]["status"]
+        assert response.status_code < 500, envelope
+        return response.status_code, envelope["data"]
+
+
+def race(url, work, count=THREADS):
+    """Run work(client, n) on `count` threads released at the same moment; their results in order."""
+    start = threading.Barrier(count)
+
+    def run(n):
+        with Client(url) as client:
+            start.wait()
+            return work(client, n)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(run, range(count)))
+
+
+@pytest.fixture
+def server(live_server, settings):
+    return live_server.url
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_creates_of_one_id_all_get_the_same_promise(server):
+    results = race(server, lambda rpc, n: rpc("promise.create", {"id": "p", "timeoutAt": FAR, "param": {"data": str(n)}}))
+    assert {status for status, _ in results} == {200}
+    assert len({str(data["promise"]) for _, data in results}) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_task_creates_acquire_the_task_exactly_once(server):
+    def create(rpc, n):
+        action = {"kind": "promise.create", "head": {}, "data": {"id": "wf", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}}
+        return rpc("task.create", {"pid": f"w{n}", "ttl": 60_000, "action": action})
+
+    results = race(server, create)
+    winners = [data for status, data in results if status == 200]
+    assert len(winners) == 1 and winners[0]["task"]["state"] == "acquired" and winners[0]["task"]["version"] == 1
+    assert sorted(status for status, _ in results) == [200] + [409] * (THREADS - 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_settles_agree_on_one_value(server):
+    with Client(server) as rpc:
+        rpc("promise.create", {"id": "p", "timeoutAt": FAR})
+    results = race(server, lambda rpc, n: rpc("promise.settle", {"id": "p", "state": "resolved", "value": {"data": str(n)}}))
+    values = {data["promise"]["value"]["data"] for _, data in results}
+    assert {status for status, _ in results} == {200} and len(values) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_acquires_of_one_version_have_one_winner(server):
+    with Client(server) as rpc:
+        rpc("promise.create", {"id": "wf", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}})
+    results = race(server, lambda rpc, n: rpc("task.acquire", {"id": "wf", "version": 0, "pid": f"w{n}", "ttl": 60_000}))
+    assert sorted(status for status, _ in results) == [200] + [409] * (THREADS - 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_storm_of_mixed_operations_leaves_consistent_state(server, settings):
+    """Children settle while their parent suspends on them, tasks are acquired, fulfilled and released."""
+    settings.RESONATE = {**settings.RESONATE, "DEBUG": True}
+    ids = ["wf", "wf.1", "wf.2", "wf.3", "x"]
+
+    def storm(rpc, n):
+        rng = random.Random(n)
+        for _ in range(40):
+            operate(rpc, rng, rng.choice(ids), ids)
+
+    race(server, storm)
+    with Client(server) as rpc:
+        status, snap = rpc("debug.snap", {})
+    assert status == 200
+    assert violations(snap, {}) == []
+    tasks = {t["id"]: t for t in snap["tasks"]}
+    for promise in snap["promises"]:
+        if promise["state"] != "pending" and promise["id"] in tasks:
+            assert tasks[promise["id"]]["state"] == "fulfilled", promise["id"]
+
+
+def operate(rpc, rng, id, ids):
+    """One random operation; every answer must be a protocol answer, never a 5xx (Client checks)."""
+    version = rng.randint(0, 3)
+    kind = rng.choice(["create", "settle", "acquire", "fulfill", "suspend", "release", "task.create", "heartbeat"])
+    if kind == "create":
+        rpc("promise.create", {"id": id, "timeoutAt": FAR, "tags": {"resonate:target": TARGET}})
+    elif kind == "settle":
+        rpc("promise.settle", {"id": id, "state": "resolved"})
+    elif kind == "acquire":
+        rpc("task.acquire", {"id": id, "version": version, "pid": "w", "ttl": 60_000})
+    elif kind == "fulfill":
+        action = {"kind": "promise.settle", "head": {}, "data": {"id": id, "state": "rejected"}}
+        rpc("task.fulfill", {"id": id, "version": version, "action": action})
+    elif kind == "suspend":
+        awaited = rng.sample(ids, 2)
+        actions = [{"kind": "promise.register_callback", "head": {}, "data": {"awaited": a, "awaiter": id}} for a in awaited]
+        rpc("task.suspend", {"id": id, "version": version, "actions": actions})
+    elif kind == "release":
+        rpc("task.release", {"id": id, "version": version})
+    elif kind == "task.create":
+        action = {"kind": "promise.create", "head": {}, "data": {"id": id, "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}}
+        rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
+    else:
+        rpc("task.heartbeat", {"pid": "w", "tasks": [{"id": i, "version": version} for i in rng.sample(ids, 3)]})
