@@ -85,6 +85,9 @@ class Pause(models.Model):
 
     paused = models.BooleanField(default=False)
 
+    def __str__(self):
+        return "paused" if self.paused else "running"
+
     @classmethod
     def set(cls, paused):
         cls.objects.update_or_create(pk=1, defaults={"paused": paused})

@@ -1,7 +1,7 @@
 """Standard Unix cron in UTC (decision D8): validation, the next occurrence, and promise id templates."""
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from croniter import croniter
 
@@ -41,7 +41,7 @@ def cron_error(cron):
 def next_cron(cron, after):
     """The first occurrence strictly after `after` (ms), in ms; NEVER if there is none before year 10000."""
     try:
-        start = datetime.fromtimestamp(after // 1000, timezone.utc)
+        start = datetime.fromtimestamp(after // 1000, UTC)
         return int(_iterator(cron, start).get_next(float)) * 1000
     except (OverflowError, ValueError, OSError):  # past year 9999, or no such date (e.g. 30 February)
         return NEVER

@@ -2,7 +2,7 @@
 
 from promises.engine import settle
 from promises.handlers import promise_create, promise_settle
-from promises.models import Callback, Promise, PromiseState, timeout_state
+from promises.models import Callback, Promise, timeout_state
 from promises.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
 from tasks.engine import acquire, preload, return_to_pending
 from tasks.models import Task, TaskState, TimeoutKind

@@ -9,6 +9,7 @@ import json
 from contextlib import contextmanager
 
 import pytest
+from django.conf import settings as django_settings
 
 from tests.conftest import VERSION, action, create
 
@@ -764,3 +765,70 @@ def test_an_explicit_null_for_an_optional_create_field_is_absent(protocol):
 ])
 def test_an_explicit_null_for_a_required_field_is_refused(protocol, kind, data, field):
     refused(protocol, kind, data, "Invalid request: ", field)
+
+
+# Sizes and characters that storage may choke on
+
+ENGINE = django_settings.DATABASES["default"]["ENGINE"]
+ON_POSTGRES, ON_SQLITE = "postgresql" in ENGINE, "sqlite" in ENGINE
+LONG_BRANCH_CRASHES = pytest.mark.xfail(
+    ON_POSTGRES, strict=True,
+    reason="server bug (PostgreSQL): tag values have no length limit, but resonate:branch is copied into the "
+           "indexed column promises.branch; a long incompressible value raises ProgramLimitExceeded "
+           "(index row size), answered 500",
+)
+
+def incompressible(length, seed=7):
+    import random
+    rng = random.Random(seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") for _ in range(length))
+
+
+@pytest.mark.parametrize("tag", [
+    TARGET, pytest.param("resonate:branch", marks=LONG_BRANCH_CRASHES), "resonate:origin", "k",
+])
+def test_a_long_tag_value_is_stored_or_refused_never_a_crash(protocol, tag):
+    seed(protocol)
+    value = incompressible(3000)
+    if tag == TARGET:
+        value = "http://h/" + value
+    before = state(protocol)
+    answer = protocol.raw(body(envelope("promise.create", create("n", tags={tag: value}))), "promise.create", "c-env")
+    assert answer.status in (200, 400), answer
+    if answer.status == 400:
+        assert state(protocol) == before
+
+
+SQLITE_KEY_PATH = "server bug (SQLite): promises.protocol.tagged() builds a JSON path from the tag key with " \
+                  "Django's KeyTextTransform, which reads "
+
+
+@pytest.mark.parametrize("key", [
+    pytest.param('a"b', marks=pytest.mark.xfail(ON_SQLITE, strict=True, reason=SQLITE_KEY_PATH + (
+        'a key with a double quote as $."a\\"b", a path SQLite does not match: the filter finds nothing'))),
+    "a\\b", "$.x", "[0]", "a.b", "a b", "*", "'", "\U0001F600", "1x",
+    pytest.param("0", marks=pytest.mark.xfail(ON_SQLITE, strict=True, reason=SQLITE_KEY_PATH + (
+        "an integer-like key as an array index $[0]: the filter finds nothing"))),
+    pytest.param("-1", marks=pytest.mark.xfail(ON_SQLITE, strict=True, reason=SQLITE_KEY_PATH + (
+        "a negative integer-like key as $[-1]: OperationalError 'JSON path error', answered 500"))),
+])
+@pytest.mark.parametrize("kind", ["promise.search", "schedule.search"])
+def test_a_search_tag_filter_with_any_key_is_answered(protocol, kind, key):
+    data = {"id": "n", "timeoutAt": 5_000, "tags": {key: "v", TARGET: "http://h"}}
+    accepted(protocol, "promise.create", data)
+    accepted(protocol, "schedule.create", {"id": "s2", "cron": "* * * * *", "promiseId": "x", "promiseTimeout": 1,
+                                           "promiseTags": {key: "v"}})
+    found = accepted(protocol, kind, {"tags": {key: "v"}}).data
+    assert len(found["promises" if kind == "promise.search" else "schedules"]) == 1
+    assert accepted(protocol, kind, {"tags": {key: "w"}}).data in ({"promises": []}, {"schedules": []})
+
+
+@LONG_BRANCH_CRASHES
+def test_a_schedule_with_a_long_tag_value_fires_or_is_refused_never_a_crash(protocol):
+    data = {"id": "s2", "cron": "* * * * *", "promiseId": "s2.{{.timestamp}}", "promiseTimeout": 1_000_000,
+            "promiseTags": {TARGET: "http://h", "resonate:branch": incompressible(3000)}}
+    created = protocol.raw(body(envelope("schedule.create", data)), "schedule.create", "c-env")
+    assert created.status in (200, 400)
+    if created.status == 200:
+        protocol.tick(60_000)
+        assert len(protocol.snap()["promises"]) == 1

@@ -15,6 +15,7 @@ near a minute on SQLite; set FUZZ_EXAMPLES=<n> to run n examples per test instea
 
 import json
 import os
+from collections import Counter
 from contextlib import contextmanager
 
 import orjson
@@ -29,6 +30,15 @@ from tests.conftest import VERSION
 TARGET = "resonate:target"
 I64_MAX = 2**63 - 1
 ALLOWED = {200, 300, 400, 404, 409, 422}
+STATUSES = Counter()  # (kind, status) -> replies; FUZZ_STATS=1 prints them, to see which paths the fuzzing reaches
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_statuses():
+    yield
+    if os.environ.get("FUZZ_STATS"):
+        for (kind, status), count in sorted(STATUSES.items()):
+            print(f"{kind:28} {status}: {count}")
 
 
 def fuzz_settings(examples):
@@ -127,17 +137,25 @@ def one_of_weighted(*pairs):
     return st.one_of(*[strategy for weight, strategy in pairs for _ in range(weight)])
 
 
-IDS = one_of_weighted((8, st.sampled_from(POOL)), (1, TEXT.filter(bool)))
-PID = one_of_weighted((4, st.sampled_from(PIDS)), (1, TEXT.filter(bool)))
+# Well-formed strings: no NUL, no lone surrogate (the mutations below bring those in).
+SAFE_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=8)
+IDS = one_of_weighted((8, st.sampled_from([*POOL, "w.2"])), (1, SAFE_TEXT.filter(bool)))
+PID = one_of_weighted((4, st.sampled_from(PIDS)), (1, SAFE_TEXT.filter(bool)))
+# (task id, version) pairs that the seed makes meaningful: held (w 1), suspended (c 1), pending (a 0),
+# halted (h 0), and stale versions.
+TASK_REFS = one_of_weighted(
+    (4, st.sampled_from([("w", 1), ("c", 1), ("a", 0), ("h", 0), ("w", 0), ("a", 1), ("w", 2)])),
+    (1, st.tuples(IDS, st.integers(0, I64_MAX))),
+)
 TIME = one_of_weighted((6, st.integers(0, 20_000)), (1, st.integers(0, I64_MAX)))
 TTL = one_of_weighted((6, st.integers(0, 10_000)), (1, st.integers(0, I64_MAX)))
-VERSION_NUMBER = one_of_weighted((6, st.integers(0, 3)), (1, st.integers(0, I64_MAX)))
 LIMIT = one_of_weighted((4, st.integers(1, 5)), (1, st.integers(1, 1000)))
 ADDRESS = st.sampled_from([
     "poll://any@g", "poll://uni@g/w1", "poll://any@g/w2", "poll://any@default", "http://h", "https://h:8443/x?y=1",
 ])
-STRING = one_of_weighted((3, st.sampled_from(["", "eA==", "e30="])), (1, TEXT))
-STRING_MAP = st.dictionaries(st.sampled_from(["k", "content-type", "x"]) | TEXT, STRING, max_size=3)
+STRING = one_of_weighted((3, st.sampled_from(["", "eA==", "e30="])), (1, SAFE_TEXT))
+STRING_MAP = st.dictionaries(st.sampled_from(["k", "content-type", "resonate:branch", TARGET]) | SAFE_TEXT,
+                             STRING | st.sampled_from(["w", SEED_ADDRESS]), max_size=3)
 VALUE = st.fixed_dictionaries({}, optional={"headers": STRING_MAP, "data": STRING})
 TAGS = st.fixed_dictionaries({}, optional={
     TARGET: ADDRESS,
@@ -177,19 +195,26 @@ def search(**fields):
 
 
 @st.composite
-def task_fulfill_data(draw):
-    id = draw(IDS)
-    return {"id": id, "version": draw(VERSION_NUMBER),
-            "action": draw(inner("promise.settle", promise_settle_data(st.just(id))))}
+def task_ref(draw, **fields):
+    """{id, version} of a task, plus the given fields (strategies, or functions of the id)."""
+    id, version = draw(TASK_REFS)
+    data = {"id": id, "version": version}
+    for name, field in fields.items():
+        data[name] = draw(field(id) if callable(field) else field)
+    return data
 
 
-@st.composite
-def task_suspend_data(draw):
-    id = draw(IDS)
-    awaiter = st.just(id) | IDS
-    callback = st.fixed_dictionaries({"awaited": IDS, "awaiter": awaiter})
-    return {"id": id, "version": draw(VERSION_NUMBER),
-            "actions": draw(st.lists(inner("promise.register_callback", callback), max_size=3))}
+def fulfil_action(id):
+    return inner("promise.settle", promise_settle_data(st.just(id)))
+
+
+def suspend_actions(id):
+    callback = st.fixed_dictionaries({"awaited": IDS, "awaiter": one_of_weighted((4, st.just(id)), (1, IDS))})
+    return st.lists(inner("promise.register_callback", callback), max_size=3)
+
+
+def fence_action(id):
+    return inner("promise.create", promise_create_data()) | inner("promise.settle", promise_settle_data())
 
 
 WELL_FORMED = {
@@ -202,19 +227,17 @@ WELL_FORMED = {
     "task.get": by_id(),
     "task.create": st.fixed_dictionaries({
         "pid": PID, "ttl": TTL,
-        "action": inner("promise.create", promise_create_data(TAGS.map(lambda t: {**t, TARGET: t.get(TARGET, SEED_ADDRESS)}))),
+        "action": inner("promise.create", promise_create_data(TAGS.map(lambda t: {TARGET: SEED_ADDRESS, **t}))),
     }),
-    "task.acquire": st.fixed_dictionaries({"id": IDS, "version": VERSION_NUMBER, "pid": PID, "ttl": TTL}),
-    "task.fence": st.fixed_dictionaries({
-        "id": IDS, "version": VERSION_NUMBER,
-        "action": inner("promise.create", promise_create_data()) | inner("promise.settle", promise_settle_data()),
-    }),
+    "task.acquire": task_ref(pid=PID, ttl=TTL),
+    "task.fence": task_ref(action=fence_action),
     "task.heartbeat": st.fixed_dictionaries({
-        "pid": PID, "tasks": st.lists(st.fixed_dictionaries({"id": IDS, "version": VERSION_NUMBER}), max_size=3),
+        "pid": PID,
+        "tasks": st.lists(task_ref(), max_size=3),
     }),
-    "task.suspend": task_suspend_data(),
-    "task.fulfill": task_fulfill_data(),
-    "task.release": st.fixed_dictionaries({"id": IDS, "version": VERSION_NUMBER}),
+    "task.suspend": task_ref(actions=suspend_actions),
+    "task.fulfill": task_ref(action=fulfil_action),
+    "task.release": task_ref(),
     "task.halt": by_id(),
     "task.continue": by_id(),
     "task.search": search(state=TASK_STATES),
@@ -296,7 +319,7 @@ ANY_OBJECT = st.dictionaries(FIELD_NAMES | TEXT, JSON, max_size=6)
 
 
 def data_for(kind):
-    return one_of_weighted((3, WELL_FORMED[kind]), (3, mutated(WELL_FORMED[kind])), (1, ANY_OBJECT))
+    return one_of_weighted((4, WELL_FORMED[kind]), (3, mutated(WELL_FORMED[kind])), (1, ANY_OBJECT))
 
 
 @st.composite
@@ -339,6 +362,7 @@ def check_reply(protocol, raw, before, allowed=ALLOWED):
     """Send one body: a protocol status, the echo, the data shape, and no write on a refusal."""
     answer = protocol.raw(raw)
     event(f"{answer.envelope['kind']} {answer.status}")
+    STATUSES[answer.envelope["kind"], answer.status] += 1
     assert answer.status in allowed, answer
     check_echo(answer, raw)
     after = stored(protocol)

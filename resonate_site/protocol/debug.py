@@ -2,8 +2,7 @@
 
 from outbox.models import Message, MessageKind, Pause
 from promises.models import Callback, Listener, Promise
-from promises.protocol import ok
-from promises.protocol import Reply
+from promises.protocol import Reply, ok
 from schedules.models import Schedule
 from schedules.timeouts import sweep
 from tasks.models import Task
@@ -49,8 +48,8 @@ def debug_snap(req, now):
             key=lambda c: (c["awaiter"], c["awaited"]),
         ),
         listeners=sorted(
-            ({"id": l.promise_id, "address": l.address} for l in Listener.objects.all()),
-            key=lambda l: (l["id"], l["address"]),
+            ({"id": listener.promise_id, "address": listener.address} for listener in Listener.objects.all()),
+            key=lambda listener: (listener["id"], listener["address"]),
         ),
         tasks=[t.to_record() for t in Task.objects.order_by("promise_id")],
         taskTimeouts=[

@@ -95,7 +95,8 @@ def admit(envelope, now):
     if not isinstance(envelope["data"], dict):
         raise Refusal(400, "Invalid 'data' field — must be an object")
     if head["version"] != PROTOCOL_VERSION:
-        raise Refusal(400, f"Unsupported protocol version '{head['version']}', supported versions: [\"{PROTOCOL_VERSION}\"]")
+        supported = f'["{PROTOCOL_VERSION}"]'
+        raise Refusal(400, f"Unsupported protocol version '{head['version']}', supported versions: {supported}")
     operation = OPERATIONS.get(kind)
     if operation is None:
         raise Refusal(400, f"Unknown operation: {kind}")

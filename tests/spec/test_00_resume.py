@@ -1,4 +1,4 @@
-"""00-resume enqueueResume: when an awaited promise settles, a suspended awaiter goes pending (resumes = 1, retry timeout, execute at its current version to its target, if any); a pending, acquired or halted awaiter buffers the resume; a fulfilled one is left alone."""
+"""00-resume enqueueResume: suspended → pending, retry, execute; pending/acquired/halted buffer it; fulfilled: no-op."""
 
 from tests.conftest import TARGET, action, create
 
@@ -173,7 +173,8 @@ def test_an_acquired_awaiter_buffers_the_resume(protocol):
     protocol("promise.register_callback", {"awaited": "a", "awaiter": "w"}, now=1)
     before = protocol.snap()
     protocol("promise.settle", {"id": "a", "state": "resolved"}, now=2)
-    assert task(protocol, "w") == {"id": "w", "state": "acquired", "version": 1, "resumes": 1, "ttl": 60_000, "pid": "w"}
+    acquired = {"id": "w", "state": "acquired", "version": 1, "resumes": 1, "ttl": 60_000, "pid": "w"}
+    assert task(protocol, "w") == acquired
     assert timeouts(protocol, "w") == [(1, 60_000)]  # the lease is untouched
     assert protocol.snap()["messages"] == before["messages"]
 

@@ -1,4 +1,4 @@
-"""02-timeouts: onPromiseTimeout (settle at the deadline, fulfil the task, scrub, unblock, resume), onTaskRetryTimeout (re-send, re-arm), onTaskLeaseTimeout (back to pending, re-send), onScheduleTimeout with catchUp (every missed occurrence at its cron time) — and the sweep order of decision D15, all driven by debug.tick."""
+"""02-timeouts: promise, retry, lease and schedule (catchUp) timeouts, and the D15 sweep order, via debug.tick."""
 
 import signal
 
@@ -324,8 +324,10 @@ def test_a_retry_made_due_by_a_catch_up_fires_in_the_same_sweep(protocol):
 
 def test_schedules_fire_by_deadline_before_id(protocol):
     # Both write the promise "same": the earlier deadline fires first and wins, though its id is larger.
-    protocol("schedule.create", schedule(id="b", cron="*/5 * * * * *", promise_id="same", param={"data": "Yg=="}), now=0)
-    protocol("schedule.create", schedule(id="a", cron="*/7 * * * * *", promise_id="same", param={"data": "YQ=="}), now=0)
+    b = schedule(id="b", cron="*/5 * * * * *", promise_id="same", param={"data": "Yg=="})  # next run 5000
+    a = schedule(id="a", cron="*/7 * * * * *", promise_id="same", param={"data": "YQ=="})  # next run 7000
+    protocol("schedule.create", b, now=0)
+    protocol("schedule.create", a, now=0)
     protocol.tick(8_000)
     [promise] = protocol.snap()["promises"]
     assert (promise["param"], promise["createdAt"]) == ({"data": "Yg=="}, 5_000)

@@ -1,4 +1,4 @@
-"""P-02 promise.create: a new promise is pending (external ones armed, targeted ones with a task, delayed or dispatched now) or born settled if expired; an existing one is returned as it reads now."""
+"""P-02 promise.create: new → pending (armed, task, delay) or born settled; existing → returned as it reads now."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""P-03 promise.settle: 404 when missing; a live promise is settled (timeout disarmed, task fulfilled, scrub, unblock listeners, resume awaiters); an expired one is answered projected and a settled one as stored, writing nothing."""
+"""P-03 promise.settle: 404; a live promise settles with its cascade; expired → projected; settled → as stored."""
 
 import pytest
 
@@ -27,11 +27,8 @@ def start(protocol, id, now=0, ttl=1_000, timeout_at=10_000):
 
 
 def suspend(protocol, id, awaited, now, version=1):
-    answer = protocol(
-        "task.suspend",
-        {"id": id, "version": version, "actions": [action("promise.register_callback", {"awaited": awaited, "awaiter": id})]},
-        now=now,
-    )
+    actions = [action("promise.register_callback", {"awaited": awaited, "awaiter": id})]
+    answer = protocol("task.suspend", {"id": id, "version": version, "actions": actions}, now=now)
     assert answer.status == 200
     return answer
 

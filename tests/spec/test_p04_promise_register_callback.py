@@ -1,4 +1,4 @@
-"""P-04 promise.register_callback: 404 without the awaited, 422 without the awaiter or its target; the callback is added only while both are live; the awaited is answered as it reads now (projected if expired)."""
+"""P-04 promise.register_callback: 404, 422 (awaiter, target); registered only if both live; awaited projected."""
 
 from tests.conftest import TARGET, create
 

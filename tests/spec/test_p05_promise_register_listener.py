@@ -1,4 +1,4 @@
-"""P-05 promise.register_listener: 404 when missing; the address is added only while the promise is live; the promise is answered as it reads now (projected if expired)."""
+"""P-05 promise.register_listener: 404; registered only while live; answered as stored or projected."""
 
 import pytest
 

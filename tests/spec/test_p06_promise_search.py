@@ -1,4 +1,4 @@
-"""P-06 promise.search: a 501 stub in the spec, implemented by decision D5 — filters on projected state and tags, id order, cursor paging, limits 1..1000 (default 100)."""
+"""P-06 promise.search: 501 stub, implemented by D5: projected state and tag filters, id order, cursor, limits."""
 
 import pytest
 
@@ -141,3 +141,7 @@ def test_it_answers_400_for_a_limit_outside_1_to_1000(protocol, limit):
 def test_it_accepts_limits_at_the_bounds(protocol, limit):
     protocol("promise.create", create("a"), now=0)
     assert ids(search(protocol, limit=limit)) == ["a"]
+
+
+def test_it_answers_400_for_an_unknown_state(protocol):
+    assert protocol("promise.search", {"state": "done"}, now=0).status == 400

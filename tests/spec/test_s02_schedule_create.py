@@ -1,4 +1,4 @@
-"""S-02 schedule.create: an existing schedule is returned unchanged; a new one is stored with createdAt = now and nextRunAt = the next cron time strictly after now (standard Unix cron in UTC, decision D8), and its timeout armed there."""
+"""S-02 schedule.create: existing → unchanged; new → createdAt now, nextRunAt next cron after now, timeout armed."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""S-03 schedule.delete: 404 when missing; otherwise the schedule and its timeout are removed (promises it created stay)."""
+"""S-03 schedule.delete: 404 when missing; otherwise the schedule and its timeout go (its promises stay)."""
 
 TARGET = "poll://any@default"
 

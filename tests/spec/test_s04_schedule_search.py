@@ -1,4 +1,4 @@
-"""S-04 schedule.search: a 501 stub in the spec, implemented by decision D5 — filters on promiseTags, id order, cursor paging, limits 1..1000 (default 10)."""
+"""S-04 schedule.search: 501 stub, implemented by D5: promiseTags filter, id order, cursor, limits (default 10)."""
 
 import pytest
 

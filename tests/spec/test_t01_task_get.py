@@ -1,10 +1,14 @@
-"""T-01 task.get: 404 without a task; the stored task while its promise is live, otherwise projected as fulfilled (no lease, no resumes) without writing."""
+"""T-01 task.get: 404 without a task; the stored task while its promise is live, else projected as fulfilled."""
 
 from tests.conftest import TARGET, action, create
 
 
 def targeted(id, timeout_at=10_000):
     return create(id, timeout_at, tags={"resonate:target": TARGET})
+
+
+def get(protocol, id, now):
+    return protocol("task.get", {"id": id}, now=now).data
 
 
 def acquire(protocol, id, now, version=0, pid="w", ttl=1_000):
@@ -42,8 +46,8 @@ def test_it_returns_a_pending_task_as_stored(protocol):
 def test_it_returns_an_acquired_task_with_its_lease(protocol):
     protocol("promise.create", targeted("p"), now=0)
     acquire(protocol, "p", now=1, pid="w-7", ttl=60_000)
-    answer = protocol("task.get", {"id": "p"}, now=2)
-    assert answer.data == {"task": {"id": "p", "state": "acquired", "version": 1, "resumes": 0, "ttl": 60_000, "pid": "w-7"}}
+    acquired = {"id": "p", "state": "acquired", "version": 1, "resumes": 0, "ttl": 60_000, "pid": "w-7"}
+    assert get(protocol, "p", now=2) == {"task": acquired}
 
 
 def test_it_returns_a_suspended_task_with_its_resume_count(protocol):
@@ -56,9 +60,9 @@ def test_it_returns_a_suspended_task_with_its_resume_count(protocol):
         now=2,
     )
     assert suspended.status == 200
-    assert protocol("task.get", {"id": "w"}, now=3).data == {"task": {"id": "w", "state": "suspended", "version": 1, "resumes": 0}}
+    assert get(protocol, "w", now=3) == {"task": {"id": "w", "state": "suspended", "version": 1, "resumes": 0}}
     protocol("promise.settle", {"id": "a", "state": "resolved"}, now=4)
-    assert protocol("task.get", {"id": "w"}, now=5).data == {"task": {"id": "w", "state": "pending", "version": 1, "resumes": 1}}
+    assert get(protocol, "w", now=5) == {"task": {"id": "w", "state": "pending", "version": 1, "resumes": 1}}
 
 
 def test_it_returns_a_live_task_one_millisecond_before_the_deadline(protocol):
@@ -87,16 +91,16 @@ def test_it_projects_away_the_resumes_of_the_task_of_an_expired_promise(protocol
     protocol("promise.register_callback", {"awaited": "a", "awaiter": "w"}, now=1)
     protocol("promise.settle", {"id": "a", "state": "resolved"}, now=2)
     assert protocol("task.get", {"id": "w"}, now=3).data["task"]["resumes"] == 1
-    assert protocol("task.get", {"id": "w"}, now=100).data == {"task": {"id": "w", "state": "fulfilled", "version": 0, "resumes": 0}}
+    assert get(protocol, "w", now=100) == {"task": {"id": "w", "state": "fulfilled", "version": 0, "resumes": 0}}
 
 
 def test_it_returns_the_fulfilled_task_of_a_settled_promise(protocol):
     protocol("promise.create", targeted("p"), now=0)
     acquire(protocol, "p", now=1)
     protocol("promise.settle", {"id": "p", "state": "resolved"}, now=2)
-    assert protocol("task.get", {"id": "p"}, now=3).data == {"task": {"id": "p", "state": "fulfilled", "version": 1, "resumes": 0}}
+    assert get(protocol, "p", now=3) == {"task": {"id": "p", "state": "fulfilled", "version": 1, "resumes": 0}}
 
 
 def test_it_returns_the_task_born_fulfilled_with_an_expired_promise(protocol):
     protocol("promise.create", targeted("p", timeout_at=5), now=10)
-    assert protocol("task.get", {"id": "p"}, now=11).data == {"task": {"id": "p", "state": "fulfilled", "version": 0, "resumes": 0}}
+    assert get(protocol, "p", now=11) == {"task": {"id": "p", "state": "fulfilled", "version": 0, "resumes": 0}}

@@ -1,4 +1,4 @@
-"""T-02 task.create: a new promise is created with its task acquired by the caller (or born settled with a fulfilled task if expired); for an existing promise: 422 without target, a fulfilled task is returned, a pending one acquired, anything else 409."""
+"""T-02 task.create: new → acquired (or born fulfilled); existing → 422 untargeted, fulfilled, acquire pending, 409."""
 
 import pytest
 
@@ -59,7 +59,18 @@ def test_it_returns_the_same_branch_promises_as_preload_of_a_new_task(protocol):
     protocol("promise.create", create("wf.1", tags={"resonate:branch": "wf"}), now=0)
     protocol("promise.create", create("other", tags={"resonate:branch": "x"}), now=0)
     answer = task_create(protocol, create("wf", tags=BRANCH), now=100)
-    assert [(p["id"], p["state"]) for p in answer.data["preload"]] == [("wf.1", "pending"), ("wf.2", "rejected_timedout")]
+    preload = [(p["id"], p["state"]) for p in answer.data["preload"]]
+    assert preload == [("wf.1", "pending"), ("wf.2", "rejected_timedout")]
+
+
+def test_it_acquires_a_new_task_at_once_whatever_its_delay_tag_says(protocol):
+    # T-02 has no resonate:delay branch (unlike P-02:26-39): the caller holds the task immediately.
+    answer = task_create(protocol, targeted("wf", tags={"resonate:delay": "5000"}), now=0, ttl=1_000)
+    assert answer.status == 200
+    assert answer.data["task"]["state"] == "acquired"
+    snap = protocol.snap()
+    assert snap["taskTimeouts"] == [{"id": "wf", "type": 1, "timeout": 1_000}]
+    assert snap["messages"] == []
 
 
 # T-02:21-35 — no promise yet, deadline passed: the promise is born settled, its task born fulfilled.

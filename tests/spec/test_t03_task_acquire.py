@@ -1,4 +1,4 @@
-"""T-03 task.acquire: 404 without a task; 409 unless the task is pending, its promise live and the version current; then acquired at version + 1 with a lease (resumes cleared)."""
+"""T-03 task.acquire: 404; 409 unless pending, live and current; then acquired at version + 1 with a lease."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""T-04 task.fence: 404 without a task; 409 unless the task is acquired, its promise live and the version current; then the inner promise.create or promise.settle runs and its reply is nested (with preload)."""
+"""T-04 task.fence: 404; 409 unless acquired, live and current; then the inner create or settle runs, nested."""
 
 from tests.conftest import TARGET, VERSION, action, create
 
@@ -94,7 +94,8 @@ def test_it_creates_a_targeted_child_with_its_own_task(protocol):
     fence(protocol, "promise.create", targeted("wf.1"), now=7)
     snap = protocol.snap()
     assert {"id": "wf.1", "state": "pending", "version": 0, "resumes": 0} in snap["tasks"]
-    assert {"address": TARGET, "message": {"kind": "execute", "head": {}, "data": {"task": {"id": "wf.1", "version": 0}}}} in snap["messages"]
+    execute = {"kind": "execute", "head": {}, "data": {"task": {"id": "wf.1", "version": 0}}}
+    assert {"address": TARGET, "message": execute} in snap["messages"]
 
 
 def test_it_returns_an_existing_promise_from_a_fenced_create(protocol):
@@ -127,7 +128,8 @@ def test_it_settles_a_promise_under_the_fence(protocol):
     assert answer.data == {"action": inner(answer, "promise.settle", 200, {"promise": settled}), "preload": []}
     snap = protocol.snap()
     assert settled in snap["promises"]
-    assert {"address": "poll://uni@g/w", "message": {"kind": "unblock", "head": {}, "data": {"promise": settled}}} in snap["messages"]
+    unblock = {"kind": "unblock", "head": {}, "data": {"promise": settled}}
+    assert {"address": "poll://uni@g/w", "message": unblock} in snap["messages"]
 
 
 def test_it_nests_a_404_when_the_fenced_settle_names_a_missing_promise(protocol):

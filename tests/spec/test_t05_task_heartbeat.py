@@ -1,4 +1,4 @@
-"""T-05 task.heartbeat: always 200; each listed task that is acquired at that version by that pid, with a live promise, gets its lease renewed to now + ttl; every other entry is skipped (extension E1: an empty list renews every such task of the pid)."""
+"""T-05 task.heartbeat: renews the leases a pid holds on live promises, skips the rest (E1: empty list = all)."""
 
 from tests.conftest import TARGET, action, create
 

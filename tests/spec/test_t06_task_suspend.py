@@ -1,4 +1,4 @@
-"""T-06 task.suspend: 404 without a task; 409 unless acquired, live and current; 422 if an awaited promise is missing; 300 (resumes cleared, still acquired) if one is settled or expired; otherwise callbacks registered and the task suspended."""
+"""T-06 task.suspend: 404; 409 unless held; 422 awaited missing; 300 one settled; else callbacks + suspended."""
 
 from tests.conftest import TARGET, action, create
 
@@ -153,7 +153,8 @@ def test_it_suspends_the_task_on_live_awaited_promises(protocol):
     assert answer.data == {}
     snap = protocol.snap()
     assert snap["callbacks"] == [{"awaiter": "w", "awaited": "a"}, {"awaiter": "w", "awaited": "b"}]
-    assert [t for t in snap["tasks"] if t["id"] == "w"] == [{"id": "w", "state": "suspended", "version": 1, "resumes": 0}]
+    suspended = {"id": "w", "state": "suspended", "version": 1, "resumes": 0}
+    assert [t for t in snap["tasks"] if t["id"] == "w"] == [suspended]
     assert [t for t in snap["taskTimeouts"] if t["id"] == "w"] == []
 
 

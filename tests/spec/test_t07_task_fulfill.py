@@ -1,4 +1,4 @@
-"""T-07 task.fulfill: 404 without a task; 409 unless acquired, live and current; then the task's promise is settled now and the task fulfilled (timeouts gone, scrub, unblock listeners, resume awaiters)."""
+"""T-07 task.fulfill: 404; 409 unless acquired, live and current; then the promise settles and the task is fulfilled."""
 
 import pytest
 
@@ -30,11 +30,8 @@ def fulfill(protocol, now, id="w", version=1, state="resolved", value=None, acti
 
 
 def suspend(protocol, id, awaited, now, version=1):
-    answer = protocol(
-        "task.suspend",
-        {"id": id, "version": version, "actions": [action("promise.register_callback", {"awaited": awaited, "awaiter": id})]},
-        now=now,
-    )
+    actions = [action("promise.register_callback", {"awaited": awaited, "awaiter": id})]
+    answer = protocol("task.suspend", {"id": id, "version": version, "actions": actions}, now=now)
     assert answer.status == 200
 
 
@@ -147,7 +144,8 @@ def test_it_sends_an_unblock_to_every_listener(protocol):
     answer = fulfill(protocol, now=2, value={"data": "eA=="})
     snap = protocol.snap()
     assert snap["listeners"] == []
-    assert {"address": "poll://uni@g/c", "message": {"kind": "unblock", "head": {}, "data": {"promise": answer.data["promise"]}}} in snap["messages"]
+    unblock = {"kind": "unblock", "head": {}, "data": {"promise": answer.data["promise"]}}
+    assert {"address": "poll://uni@g/c", "message": unblock} in snap["messages"]
 
 
 # T-07:33-34 — every awaiter of the promise is resumed.

@@ -1,4 +1,4 @@
-"""T-08 task.release: 404 without a task; 409 unless acquired, live and current; then pending again at the same version, lease replaced by a retry timeout, execute re-sent to the target."""
+"""T-08 task.release: 404; 409 unless acquired, live and current; then pending at the same version, re-sent."""
 
 from tests.conftest import TARGET, action, create
 
@@ -98,7 +98,8 @@ def test_it_keeps_the_resumes_of_the_released_task(protocol):
     protocol("promise.register_callback", {"awaited": "a", "awaiter": "w"}, now=1)
     protocol("promise.settle", {"id": "a", "state": "resolved"}, now=2)
     release(protocol, now=3)
-    assert protocol("task.get", {"id": "w"}, now=4).data["task"] == {"id": "w", "state": "pending", "version": 1, "resumes": 1}
+    task = protocol("task.get", {"id": "w"}, now=4).data["task"]
+    assert task == {"id": "w", "state": "pending", "version": 1, "resumes": 1}
 
 
 def test_a_released_task_can_be_acquired_again_at_the_next_version(protocol):

@@ -1,4 +1,4 @@
-"""T-09 task.halt: 404 without a task; 409 if fulfilled; 200 unchanged if already halted; otherwise halted with no lease and no task timeout (resumes and callbacks kept)."""
+"""T-09 task.halt: 404; 409 if fulfilled; 200 unchanged if halted; else halted with no lease and no timeout."""
 
 from tests.conftest import TARGET, action, create
 

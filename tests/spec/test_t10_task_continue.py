@@ -1,4 +1,4 @@
-"""T-10 task.continue: 404 without a task; 409 unless halted; then pending at the same version with a retry timeout and an execute to the target."""
+"""T-10 task.continue: 404; 409 unless halted; then pending at the same version, with a retry and an execute."""
 
 import pytest
 

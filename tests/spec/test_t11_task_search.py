@@ -1,4 +1,4 @@
-"""T-11 task.search: a 501 stub in the spec, implemented by decision D5 — tasks as task.get shows them (projected), filtered by state, in id order, cursor paging, limits 1..1000 (default 100)."""
+"""T-11 task.search: 501 stub, implemented by D5: tasks as task.get shows them, state filter, id order, cursor."""
 
 import pytest
 

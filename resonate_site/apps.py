@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ResonateSiteConfig(AppConfig):
+    name = "resonate_site"
+    verbose_name = "Resonate server"
