@@ -3,6 +3,7 @@
 from django.db import models
 from django.db.models import Q
 
+from promises import rows
 from promises.protocol import IdField
 
 
@@ -29,6 +30,12 @@ def message_key(kind, subject, address):
     return f"u:{len(subject)}:{subject}{address}"
 
 
+# setMessage replaces everything but the key: the new message is delivered afresh.
+REPLACED_ON_SET = (
+    "address", "data", "created_at", "state", "attempts", "next_attempt_at", "delivered_at", "last_error",
+)
+
+
 class MessageQuerySet(models.QuerySet):
     def undelivered(self):
         return self.filter(state=DeliveryState.PENDING)
@@ -39,13 +46,7 @@ class MessageQuerySet(models.QuerySet):
             key=message_key(kind, subject, address), kind=kind, subject=subject,
             address=address, data=data, created_at=now, next_attempt_at=now,
         )
-        self.bulk_create(
-            [message], update_conflicts=True, unique_fields=["key"],
-            update_fields=[
-                "address", "data", "created_at", "state", "attempts",
-                "next_attempt_at", "delivered_at", "last_error",
-            ],
-        )
+        rows.insert(message, on_conflict=("key", REPLACED_ON_SET))
 
 
 class Message(models.Model):

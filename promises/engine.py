@@ -1,7 +1,7 @@
 """Promise machinery shared by handlers and timeouts: settlement and the promise timeout transition."""
 
 from outbox.messages import set_unblock
-from promises.models import Callback, Promise, timeout_state
+from promises.models import Callback, Listener, Promise, timeout_state
 from tasks.engine import enqueue_resume, fulfil
 
 
@@ -13,17 +13,13 @@ def settle(promise, state, value, settled_at, now):
     awaiter (it can never be resumed again); sends unblock to its listeners; resumes its awaiters.
     The caller holds the promise's row lock.
     """
-    listeners = list(promise.listeners.order_by("address").values_list("address", flat=True))
-    awaiters = list(promise.callbacks.values_list("awaiter_id", flat=True))
+    listeners = Listener.take_addresses(promise.id)
+    awaiters = Callback.take_awaiters(promise.id)
     promise.state, promise.value, promise.settled_at = state, value, settled_at
     promise.timeout_armed = False
-    promise.save(update_fields=["state", "value", "settled_at", "timeout_armed"])
-    if listeners:
-        promise.listeners.all().delete()
-    if awaiters:
-        promise.callbacks.all().delete()
+    promise.write("state", "value", "settled_at", "timeout_armed")
     fulfil(promise.id)
-    Callback.objects.filter(awaiter_id=promise.id).delete()  # the settlement scrub
+    Callback.scrub(promise.id)
     record = promise.to_record()
     for address in listeners:
         set_unblock(address, record, now)

@@ -9,7 +9,7 @@ from tasks.models import Task, TaskState
 
 def promise_get(req, now):
     """P-01."""
-    promise = Promise.objects.filter(pk=req["id"]).first()
+    promise = Promise.objects.find(req["id"])
     if promise is None:
         return PROMISE_NOT_FOUND
     return ok(promise=promise.projected(now).to_record())
@@ -17,7 +17,7 @@ def promise_get(req, now):
 
 def promise_create(req, now):
     """P-02: an existing promise is returned as it reads now; a new one is pending, or born settled if expired."""
-    existing = Promise.objects.filter(pk=req["id"]).first()
+    existing = Promise.objects.find(req["id"])
     if existing is not None:
         return ok(promise=existing.projected(now).to_record())
     tags, timeout_at = req["tags"], req["timeout_at"]
@@ -25,7 +25,7 @@ def promise_create(req, now):
         promise = Promise.build(
             req["id"], req["param"], tags, timeout_at, created_at=now, timeout_armed=is_external(tags)
         )
-        promise.save(force_insert=True)
+        promise.insert()
         if promise.target is not None:
             start_task(promise, now)
     else:
@@ -33,9 +33,9 @@ def promise_create(req, now):
             req["id"], req["param"], tags, timeout_at,
             state=timeout_state(tags), created_at=timeout_at, settled_at=timeout_at,
         )
-        promise.save(force_insert=True)
+        promise.insert()
         if promise.target is not None:
-            Task.objects.create(promise=promise, state=TaskState.FULFILLED)
+            Task(promise=promise, state=TaskState.FULFILLED).insert()
     return ok(promise=promise.to_record())
 
 
@@ -60,7 +60,7 @@ def promise_register_callback(req, now):
     if awaiter.target is None:
         return Reply(422, "Awaiter promise has no resonate:target, so it cannot be resumed")
     if awaited.is_live(now) and awaiter.is_live(now):
-        Callback.objects.bulk_create([Callback(awaited=awaited, awaiter=awaiter)], ignore_conflicts=True)
+        Callback.register(awaited.id, awaiter.id)
     return ok(promise=awaited.projected(now).to_record())
 
 
@@ -70,7 +70,7 @@ def promise_register_listener(req, now):
     if awaited is None:
         return PROMISE_NOT_FOUND
     if awaited.is_live(now):
-        Listener.objects.bulk_create([Listener(promise=awaited, address=req["address"])], ignore_conflicts=True)
+        Listener.register(awaited.id, req["address"])
     return ok(promise=awaited.projected(now).to_record())
 
 

@@ -5,6 +5,7 @@ import copy
 from django.db import models
 from django.db.models import Q
 
+from promises import rows
 from promises.protocol import BRANCH, EXTERNAL, TARGET, TIMER, IdField
 
 
@@ -31,13 +32,17 @@ def timeout_state(tags):
 
 
 class PromiseQuerySet(models.QuerySet):
+    def find(self, promise_id):
+        """The promise with this id, or None."""
+        return rows.fetch(self.model, promise_id)
+
     def locked(self, promise_id):
         """The promise, row-locked until the transaction ends (None if it does not exist).
 
         The promise row is the lock for everything keyed by its id: every writer of a promise, of its
         task or of its registrations locks the promise row first.
         """
-        return self.select_for_update().filter(pk=promise_id).first()
+        return rows.fetch(self.model, promise_id, lock=True)
 
     def lock_all(self, ids):
         """Lock several promises at once, in descending id order; returns {id: promise} for those that exist.
@@ -45,8 +50,7 @@ class PromiseQuerySet(models.QuerySet):
         One order for everyone avoids deadlocks. Descending puts children ("wf.1") before their
         parents ("wf"), the order in which settlement locks an awaited promise and then its awaiter.
         """
-        rows = self.select_for_update().filter(pk__in=set(ids)).order_by("-id")
-        return {p.id: p for p in rows}
+        return {p.id: p for p in rows.fetch_all(self.model, ids, lock=True, descending=True)}
 
     def with_projected_state(self, state, now):
         """Promises whose projected state at `now` is `state` (search filters on what readers see)."""
@@ -102,6 +106,12 @@ class Promise(models.Model):
             timer=is_timer(tags), branch=tags.get(BRANCH), **fields,
         )
 
+    def insert(self):
+        rows.insert(self)
+
+    def write(self, *fields):
+        rows.update(self, *fields)
+
     @property
     def target(self):
         return self.tags.get(TARGET)
@@ -153,6 +163,24 @@ class Callback(models.Model):
     def __str__(self):
         return f"{self.awaiter_id} awaits {self.awaited_id}"
 
+    @classmethod
+    def register(cls, awaited_id, awaiter_id):
+        rows.insert(cls(awaited_id=awaited_id, awaiter_id=awaiter_id), on_conflict="nothing")
+
+    @classmethod
+    def take_awaiters(cls, awaited_id):
+        """Remove the promise's callbacks; the ids of its awaiters, in registration order."""
+        table = rows.quote(cls._meta.db_table)
+        awaiters = rows.execute(f'SELECT "awaiter_id" FROM {table} WHERE "awaited_id" = %s ORDER BY "id"', [awaited_id])
+        if awaiters:
+            rows.execute(f'DELETE FROM {table} WHERE "awaited_id" = %s', [awaited_id])
+        return [awaiter for (awaiter,) in awaiters]
+
+    @classmethod
+    def scrub(cls, awaiter_id):
+        """The settlement scrub: a settled promise is removed as an awaiter from every promise it waited on."""
+        rows.execute(f'DELETE FROM {rows.quote(cls._meta.db_table)} WHERE "awaiter_id" = %s', [awaiter_id])
+
 
 class Listener(models.Model):
     """An address that receives an unblock message when the promise settles."""
@@ -165,3 +193,16 @@ class Listener(models.Model):
 
     def __str__(self):
         return f"{self.address} listens to {self.promise_id}"
+
+    @classmethod
+    def register(cls, promise_id, address):
+        rows.insert(cls(promise_id=promise_id, address=address), on_conflict="nothing")
+
+    @classmethod
+    def take_addresses(cls, promise_id):
+        """Remove the promise's listeners; their addresses, in order."""
+        table = rows.quote(cls._meta.db_table)
+        found = rows.execute(f'SELECT "address" FROM {table} WHERE "promise_id" = %s ORDER BY "address"', [promise_id])
+        if found:
+            rows.execute(f'DELETE FROM {table} WHERE "promise_id" = %s', [promise_id])
+        return [address for (address,) in found]

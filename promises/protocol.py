@@ -3,8 +3,7 @@
 from typing import Any, NamedTuple
 
 from django.db import connections, models
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.lookups import Exact
+from django.db.models.expressions import RawSQL
 
 I64_MAX = 2**63 - 1
 
@@ -63,10 +62,13 @@ def tagged(queryset, field, tags):
     """Rows whose JSON `field` holds every given tag with exactly that value."""
     if not tags:
         return queryset
-    if connections[queryset.db].vendor == "postgresql":  # JSONB containment, served by a GIN index
-        return queryset.filter(**{f"{field}__contains": tags})
+    if connections[queryset.db].vendor == "postgresql":
+        return queryset.filter(**{f"{field}__contains": tags})  # JSONB containment
+    # SQLite: match keys literally (a JSON path would read "0" as an array index, or choke on quotes).
+    column = f'"{queryset.model._meta.db_table}"."{queryset.model._meta.get_field(field).column}"'
+    has_tag = f"EXISTS (SELECT 1 FROM json_each({column}) AS tag WHERE tag.key = %s AND tag.value = %s)"
     for key, value in tags.items():
-        queryset = queryset.filter(Exact(KeyTextTransform(key, field), value))
+        queryset = queryset.filter(RawSQL(has_tag, (key, value), output_field=models.BooleanField()))
     return queryset
 
 

@@ -22,10 +22,10 @@ def start_task(promise, now):
     delay = int(promise.tags.get(DELAY, 0))
     if delay > now:
         task.set_timeout(TimeoutKind.RETRY, delay)
-        task.save(force_insert=True)
+        task.insert()
         return
     task.set_timeout(TimeoutKind.RETRY, retry_at(now))
-    task.save(force_insert=True)
+    task.insert()
     send_execute(task, now)
 
 
@@ -34,7 +34,7 @@ def return_to_pending(task, now):
     task.state = TaskState.PENDING
     task.clear_lease()
     task.set_timeout(TimeoutKind.RETRY, retry_at(now))
-    task.save()
+    task.write()
     send_execute(task, now)
 
 
@@ -45,13 +45,13 @@ def acquire(task, pid, ttl, now):
     task.pid, task.ttl = pid, ttl
     task.resumes = []
     task.set_timeout(TimeoutKind.LEASE, later(now, ttl))
-    task.save()
+    task.write()
 
 
 def fulfil(task_id):
     """The task of a settled promise is done: no lease, no timeout, no resumes (if there is a task)."""
-    Task.objects.filter(pk=task_id).update(
-        state=TaskState.FULFILLED, pid=None, ttl=None, resumes=[], timeout_kind=None, timeout_at=None
+    Task(promise_id=task_id, state=TaskState.FULFILLED, resumes=[]).write(
+        "state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at"
     )
 
 
@@ -64,12 +64,12 @@ def enqueue_resume(awaited_id, awaiter_id, now):
         task.state = TaskState.PENDING
         task.resumes = [awaited_id]
         task.set_timeout(TimeoutKind.RETRY, retry_at(now))
-        task.save()
+        task.write()
         if task.promise.target:
             set_execute(task.promise.target, task, now)
     elif task.state != TaskState.FULFILLED and awaited_id not in task.resumes:
         task.resumes.append(awaited_id)
-        task.save(update_fields=["resumes"])
+        task.write("resumes")
 
 
 def on_task_retry_timeout(task_id, now):
@@ -78,7 +78,7 @@ def on_task_retry_timeout(task_id, now):
     if task is None or task.state != TaskState.PENDING:
         return
     task.set_timeout(TimeoutKind.RETRY, retry_at(now))
-    task.save(update_fields=["timeout_kind", "timeout_at"])
+    task.write("timeout_kind", "timeout_at")
     send_execute(task, now)
 
 

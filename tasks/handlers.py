@@ -40,7 +40,7 @@ def task_create(req, now):
         return _create_acquired(action, req["pid"], req["ttl"], now)
     if promise.target is None:
         return Reply(422, "Promise exists without a resonate:target, so it has no task")
-    task = Task.objects.filter(pk=promise.id).first()
+    task = Task.objects.find(promise.id)
     if task is None:
         return Reply(409, "Promise exists without a task")
     if task.state == TaskState.FULFILLED:
@@ -59,16 +59,17 @@ def _create_acquired(action, pid, ttl, now):
             action["id"], action["param"], tags, timeout_at,
             state=timeout_state(tags), created_at=timeout_at, settled_at=timeout_at,
         )
-        promise.save(force_insert=True)
-        task = Task.objects.create(promise=promise, state=TaskState.FULFILLED)
+        promise.insert()
+        task = Task(promise=promise, state=TaskState.FULFILLED)
+        task.insert()
         return ok(task=task.to_record(), promise=promise.to_record(), preload=[])
     promise = Promise.build(action["id"], action["param"], tags, timeout_at, created_at=now, timeout_armed=True)
-    promise.save(force_insert=True)
+    promise.insert()
     task = Task(
         promise=promise, state=TaskState.ACQUIRED, version=1, pid=pid, ttl=ttl,
         timeout_kind=TimeoutKind.LEASE, timeout_at=later(now, ttl),
     )
-    task.save(force_insert=True)
+    task.insert()
     return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
 
 
@@ -118,7 +119,7 @@ def task_heartbeat(req, now):
             and task.pid == req["pid"] and task.promise.is_live(now)
         ):
             task.set_timeout(TimeoutKind.LEASE, later(now, task.ttl or 0))
-            task.save(update_fields=["timeout_kind", "timeout_at"])
+            task.write("timeout_kind", "timeout_at")
     return ok()
 
 
@@ -136,16 +137,14 @@ def task_suspend(req, now):
         return Reply(422, "Awaited promise not found")
     task.resumes = []
     if any(not promises[awaited_id].is_live(now) for awaited_id in awaited_ids):
-        task.save(update_fields=["resumes"])
+        task.write("resumes")
         return Reply(300, {"preload": preload(task.promise, now)})
-    Callback.objects.bulk_create(
-        [Callback(awaited_id=awaited_id, awaiter_id=task.id) for awaited_id in awaited_ids],
-        ignore_conflicts=True,
-    )
+    for awaited_id in awaited_ids:
+        Callback.register(awaited_id, task.id)
     task.state = TaskState.SUSPENDED
     task.clear_lease()
     task.clear_timeout()
-    task.save()
+    task.write()
     return ok()
 
 
@@ -185,7 +184,7 @@ def task_halt(req, now):
         task.state = TaskState.HALTED
         task.clear_lease()
         task.clear_timeout()
-        task.save()
+        task.write()
     return ok()
 
 

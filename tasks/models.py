@@ -5,6 +5,7 @@ import copy
 from django.db import models
 from django.db.models import Q
 
+from promises import rows
 from promises.models import Promise, PromiseState
 
 
@@ -22,9 +23,16 @@ class TimeoutKind(models.IntegerChoices):
 
 
 class TaskQuerySet(models.QuerySet):
+    def find(self, task_id):
+        """The task with this id, or None."""
+        return rows.fetch(self.model, task_id)
+
     def with_promise(self, task_id):
         """The task with its promise loaded (None if there is no task)."""
-        return self.select_related("promise").filter(pk=task_id).first()
+        task = rows.fetch(self.model, task_id)
+        if task is not None:
+            task.promise = Promise.objects.find(task_id)
+        return task
 
     def locked(self, task_id):
         """The task with its promise, for writing: the promise row is locked, and it guards the task too.
@@ -35,7 +43,7 @@ class TaskQuerySet(models.QuerySet):
         promise = Promise.objects.locked(task_id)
         if promise is None:
             return None
-        task = self.filter(pk=task_id).first()
+        task = rows.fetch(self.model, task_id)
         if task is not None:
             task.promise = promise
         return task
@@ -50,6 +58,9 @@ class TaskQuerySet(models.QuerySet):
         if state == TaskState.FULFILLED:
             return self.filter(Q(state=state) | ~live)
         return self.filter(live, state=state)
+
+
+MUTABLE_FIELDS = ("state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")
 
 
 class Task(models.Model):
@@ -83,6 +94,13 @@ class Task(models.Model):
     @property
     def id(self):
         return self.promise_id
+
+    def insert(self):
+        rows.insert(self)
+
+    def write(self, *fields):
+        """Store the given fields (all of them by default)."""
+        rows.update(self, *(fields or MUTABLE_FIELDS))
 
     def set_timeout(self, kind, at):
         self.timeout_kind, self.timeout_at = kind, at

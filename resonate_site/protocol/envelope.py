@@ -6,7 +6,7 @@ import orjson
 from django.http import HttpResponse
 from rest_framework.views import APIView
 
-from promises.protocol import PROTOCOL_VERSION
+from promises.protocol import I64_MAX, PROTOCOL_VERSION
 from promises.transactions import Busy, run_atomically
 from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
@@ -80,8 +80,10 @@ def envelope_problem(envelope):
     if "auth" in head and not isinstance(head["auth"], str):
         return "'head.auth' must be a string"
     debug_time = head.get(DEBUG_TIME)
-    if DEBUG_TIME in head and (not isinstance(debug_time, int) or isinstance(debug_time, bool) or debug_time < 0):
-        return f"'head.{DEBUG_TIME}' must be a non-negative integer"
+    if DEBUG_TIME in head and (
+        not isinstance(debug_time, int) or isinstance(debug_time, bool) or not 0 <= debug_time <= I64_MAX
+    ):
+        return f"'head.{DEBUG_TIME}' must be an integer between 0 and {I64_MAX}"
     if "data" not in envelope:
         return "'data' is required"
     return None

@@ -4,7 +4,7 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
-from promises.protocol import DELAY, I64_MAX, TARGET
+from promises.protocol import BRANCH, DELAY, I64_MAX, TARGET
 
 MAX_ID_BYTES = 1024  # ids and addresses are index keys; PostgreSQL caps a btree entry near 2.7 kB
 
@@ -124,8 +124,10 @@ class Tags(StringMap):
                 raise serializers.ValidationError(f"{TARGET} {data[TARGET]!r} {problem}")
         if DELAY in data:
             delay = data[DELAY]
-            if not (delay.isascii() and delay.isdigit() and int(delay) <= I64_MAX):
+            if not (delay.isascii() and delay.isdigit() and len(delay) <= 19 and int(delay) <= I64_MAX):
                 raise serializers.ValidationError(f"{DELAY} must be a time in ms (a decimal integer), got {delay!r}")
+        if BRANCH in data and len(data[BRANCH].encode()) > MAX_ID_BYTES:
+            raise serializers.ValidationError(f"{BRANCH} names a promise id, so it must be at most {MAX_ID_BYTES} bytes")
         return data
 
 

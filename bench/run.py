@@ -1,0 +1,191 @@
+"""Protocol throughput and latency over HTTP, beside pgbench running the same SQL, in one run.
+
+    .venv/bin/python bench/run.py [--seconds 10] [--clients 1,4,16] [--workers 2] [--threads 4]
+
+Starts the server the way README.md tells production users to (manage.py serve on PostgreSQL, a
+fresh database `resonate_bench`), drives POST / with wrk for promise.create (with a target),
+promise.get, promise.settle and the task.create → task.fulfill pair, then runs pgbench with custom
+scripts of the same SQL shape (bench/pgbench/*.sql) at the same client counts. Needs wrk and
+pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PYTHON = ROOT / ".venv" / "bin" / "python"
+DB = "resonate_bench"
+DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB}"
+PORT = 8009
+PREFILL = 20_000  # promises for promise.get and for pgbench's settle
+SETTLE_PER_THREAD = 60_000  # pending promises per wrk thread per settle run
+
+SCENARIOS = {  # name: (wrk script, pgbench script, requests per unit)
+    "promise.create": ("promise_create.lua", "promise_create.sql", 1),
+    "promise.get": ("promise_get.lua", "promise_get.sql", 1),
+    "promise.settle": ("promise_settle.lua", "promise_settle.sql", 1),
+    "task.create+fulfill": ("task_pair.lua", "task_pair.sql", 2),
+}
+
+
+def psql(sql, db=DB):
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def fresh_database():
+    psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", db="postgres")
+    psql(f"CREATE DATABASE {DB}", db="postgres")
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
+                   env={**os.environ, "DATABASE_URL": DATABASE_URL})
+    pending = "'pending', '{{}}', '{{}}', '{{}}', 4102444800000, 1, NULL, false, false, NULL"
+    psql(f"INSERT INTO promises_promise SELECT 'g-' || n, {pending.format()} FROM generate_series(1, {PREFILL}) n")
+    psql(f"INSERT INTO promises_promise SELECT 'pg-' || n, {pending.format()} FROM generate_series(1, {PREFILL}) n")
+
+
+def prefill_settle(run, threads):
+    pending = "'pending', '{}', '{}', '{}', 4102444800000, 1, NULL, false, false, NULL"
+    psql(f"INSERT INTO promises_promise SELECT 's-{run}-' || t || '-' || n, {pending} "
+         f"FROM generate_series(1, {threads}) t, generate_series(1, {SETTLE_PER_THREAD}) n")
+    psql("VACUUM ANALYZE")
+
+
+def start_server(workers, threads):
+    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "RESONATE_WSGI_THREADS": str(threads)}
+    log = open(BENCH / "results" / "server.log", "w")
+    server = subprocess.Popen(
+        [PYTHON, "manage.py", "serve", "--port", str(PORT), "--workers", str(workers), "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/ready", timeout=1)
+            return server
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("server did not become ready; see bench/results/server.log")
+
+
+def stop(server):
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def wrk(script, clients, seconds, run, one_connection_per_thread=False):
+    threads = clients if one_connection_per_thread else min(clients, 2)
+    env = {**os.environ, "BENCH_DIR": str(BENCH / "wrk"), "BENCH_RUN": run, "BENCH_PREFILL": str(PREFILL)}
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(BENCH / "wrk" / script),
+         f"http://127.0.0.1:{PORT}/"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50, p99 = (latency(re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", out)) for q in ("50", "99"))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    return {"rate": rate, "p50": p50, "p99": p99, "errors": int(errors.group(1)) if errors else 0,
+            "socket_errors": socket_errors.group(1) if socket_errors else ""}
+
+
+def latency(match):
+    return float(match.group(1)) * MS[match.group(2)]
+
+
+def pgbench(script, clients, seconds):
+    with tempfile.TemporaryDirectory() as logs:
+        out = subprocess.run(
+            ["pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-c", str(clients), "-j", str(min(clients, 2)),
+             "-T", str(seconds), "-D", f"prefill={PREFILL}", "-f", str(BENCH / "pgbench" / script),
+             "-l", "--log-prefix", f"{logs}/tx", DB],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
+        latencies = sorted(
+            int(line.split()[2]) / 1000 for log in Path(logs).iterdir() for line in log.read_text().splitlines()
+        )
+    return {"rate": tps, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99)}
+
+
+def percentile(values, q):
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--workers", type=int, default=2, help="server processes")
+    parser.add_argument("--threads", type=int, default=4, help="protocol threads per server process")
+    parser.add_argument("--only", help="comma-separated scenario names")
+    args = parser.parse_args()
+    for tool in ("wrk", "pgbench", "psql"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is not installed (Debian: apt-get install wrk postgresql-contrib)")
+    (BENCH / "results").mkdir(exist_ok=True)
+    clients = [int(c) for c in args.clients.split(",")]
+    scenarios = {k: v for k, v in SCENARIOS.items() if not args.only or k in args.only.split(",")}
+
+    fresh_database()
+    rows = []
+    server = start_server(args.workers, args.threads)
+    try:
+        for name, (lua, _, per_unit) in scenarios.items():
+            for c in clients:
+                run = f"{name.split('.')[-1][:4]}{c}x{int(time.time())}"
+                if name == "promise.settle":
+                    prefill_settle(run, min(c, 2))
+                result = wrk(lua, c, args.seconds, run, one_connection_per_thread=name.startswith("task."))
+                rows.append((name, c, result))
+                print(f"server  {name:22} c={c:<3} {fmt(result)}", flush=True)
+    finally:
+        stop(server)
+    for name, (_, sql, per_unit) in scenarios.items():
+        for c in clients:
+            result = pgbench(sql, c, args.seconds)
+            result["rate"] *= per_unit  # one pgbench transaction of task_pair.sql is two requests
+            rows.append((f"pgbench {name}", c, result))
+            print(f"pgbench {name:22} c={c:<3} {fmt(result)}", flush=True)
+    report(rows, args)
+
+
+def fmt(r):
+    extra = f"  errors={r['errors']}" if r.get("errors") else ""
+    return f"{r['rate']:8.0f}/s  p50 {r['p50']:7.2f} ms  p99 {r['p99']:7.2f} ms{extra}"
+
+
+def report(rows, args):
+    raw = {(name.removeprefix("pgbench "), c): r for name, c, r in rows if name.startswith("pgbench ")}
+    lines = [
+        f"# POST / on PostgreSQL vs pgbench, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
+        f"{args.workers} server processes x {args.threads} threads, {args.seconds} s per point",
+        "",
+        "| operation | clients | server req/s | p50 ms | p99 ms | non-2xx | pgbench req/s | p50 ms | p99 ms | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c, r in rows:
+        if name.startswith("pgbench "):
+            continue
+        b = raw.get((name, c))
+        base = f"{b['rate']:.0f} | {b['p50']:.2f} | {b['p99']:.2f} | {r['rate'] / b['rate']:.0%}" if b else "- | - | - | -"
+        lines.append(f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} |")
+    text = "\n".join(lines)
+    print("\n" + text)
+    (BENCH / "results" / f"protocol-{time.strftime('%Y%m%d-%H%M%S')}.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

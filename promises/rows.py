@@ -1,0 +1,138 @@
+"""Row statements for the hot paths, their SQL built once per model and database vendor.
+
+Compiling an ORM query costs 0.5-0.8 ms of CPU here, four times the cost of running it
+(bench/README.md), and every protocol request runs several. These helpers take the table and
+columns from the model's metadata, cache the SQL text, and return ordinary model instances, so
+callers keep working with models. Values go through each field's own get_db_prep_save.
+"""
+
+from functools import cache
+
+from django.db import connections
+
+DEFAULT = "default"
+
+
+def quote(name):
+    return f'"{name}"'
+
+
+@cache
+def _columns(model):
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key or not f.auto_created]
+    return tuple(fields), tuple(f.attname for f in model._meta.concrete_fields)
+
+
+@cache
+def _select(model, where_column, lock):
+    columns = ", ".join(quote(f.column) for f in model._meta.concrete_fields)
+    sql = f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {quote(where_column)} = %s"
+    return sql + " FOR UPDATE" if lock else sql
+
+
+def _locks(connection, lock):
+    return lock and connection.features.has_select_for_update
+
+
+def _converters(model, connection):
+    """Per column, the functions the ORM applies to a raw database value (JSON text → objects, …).
+
+    Kept on the connection object: connections belong to one thread, and so do their converters.
+    """
+    cache = connection.__dict__.setdefault("_row_converters", {})
+    if model not in cache:
+        cache[model] = []
+        for field in model._meta.concrete_fields:
+            column = field.get_col(model._meta.db_table)
+            functions = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            cache[model].append((column, functions))
+    return cache[model]
+
+
+def _instance(model, row, connection, using):
+    values = list(row)
+    for n, (column, functions) in enumerate(_converters(model, connection)):
+        for function in functions:
+            values[n] = function(values[n], column, connection)
+    return model.from_db(using, _columns(model)[1], values)
+
+
+def fetch(model, pk, lock=False, using=DEFAULT):
+    """The row with this primary key as a model instance, or None; `lock` takes its row lock."""
+    connection = connections[using]
+    sql = _select(model, model._meta.pk.column, _locks(connection, lock))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [pk])
+        row = cursor.fetchone()
+    return None if row is None else _instance(model, row, connection, using)
+
+
+def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
+    """The rows with these primary keys, ordered by key (locked in that order when `lock`)."""
+    pks = sorted(set(pks))
+    if not pks:
+        return []
+    connection = connections[using]
+    columns = ", ".join(quote(f.column) for f in model._meta.concrete_fields)
+    key = quote(model._meta.pk.column)
+    sql = (
+        f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {key} IN ({', '.join(['%s'] * len(pks))})"
+        f" ORDER BY {key} {'DESC' if descending else 'ASC'}"
+    )
+    if _locks(connection, lock):
+        sql += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, pks)
+        rows = cursor.fetchall()
+    return [_instance(model, row, connection, using) for row in rows]
+
+
+@cache
+def _insert(model, on_conflict):
+    fields, _ = _columns(model)
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
+        f" VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+    if on_conflict is None:
+        return sql
+    if on_conflict == "nothing":
+        return sql + " ON CONFLICT DO NOTHING"
+    key, updated = on_conflict
+    assignments = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in updated)
+    return sql + f" ON CONFLICT ({quote(key)}) DO UPDATE SET {assignments}"
+
+
+def insert(instance, on_conflict=None, using=DEFAULT):
+    """INSERT the instance's row. on_conflict: None (raise), "nothing", or (unique column, columns to update)."""
+    connection = connections[using]
+    fields, _ = _columns(type(instance))
+    params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert(type(instance), on_conflict), params)
+    instance._state.adding = False
+    instance._state.db = using
+
+
+@cache
+def _update(model, attnames):
+    fields = [model._meta.get_field(name) for name in attnames]
+    assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
+    return fields, f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {quote(model._meta.pk.column)} = %s"
+
+
+def update(instance, *attnames, using=DEFAULT):
+    """UPDATE the given fields of the instance's row."""
+    connection = connections[using]
+    fields, sql = _update(type(instance), attnames)
+    params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, instance.pk])
+        return cursor.rowcount
+
+
+def execute(sql, params=(), using=DEFAULT):
+    """Run one hand-written statement; its rows (empty for writes)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
