@@ -63,7 +63,7 @@ def prefill_settle(run, threads):
 
 def start_server(workers, threads):
     env = {**os.environ, "DATABASE_URL": DATABASE_URL, "RESONATE_WSGI_THREADS": str(threads)}
-    log = open(BENCH / "results" / "server.log", "w")
+    log = open(BENCH / "results" / "server.log", "w")  # noqa: SIM115 (the server outlives this function)
     server = subprocess.Popen(
         [PYTHON, "manage.py", "serve", "--port", str(PORT), "--workers", str(workers), "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -143,7 +143,7 @@ def main():
     rows = []
     server = start_server(args.workers, args.threads)
     try:
-        for name, (lua, _, per_unit) in scenarios.items():
+        for name, (lua, _, _) in scenarios.items():
             for c in clients:
                 run = f"{name.split('.')[-1][:4]}{c}x{int(time.time())}"
                 if name == "promise.settle":
@@ -180,7 +180,9 @@ def report(rows, args):
         if name.startswith("pgbench "):
             continue
         b = raw.get((name, c))
-        base = f"{b['rate']:.0f} | {b['p50']:.2f} | {b['p99']:.2f} | {r['rate'] / b['rate']:.0%}" if b else "- | - | - | -"
+        base = (
+            f"{b['rate']:.0f} | {b['p50']:.2f} | {b['p99']:.2f} | {r['rate'] / b['rate']:.0%}" if b else "- | - | - | -"
+        )
         lines.append(f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} |")
     text = "\n".join(lines)
     print("\n" + text)

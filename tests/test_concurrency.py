@@ -55,7 +55,9 @@ def server(live_server, settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_creates_of_one_id_all_get_the_same_promise(server):
-    results = race(server, lambda rpc, n: rpc("promise.create", {"id": "p", "timeoutAt": FAR, "param": {"data": str(n)}}))
+    results = race(
+        server, lambda rpc, n: rpc("promise.create", {"id": "p", "timeoutAt": FAR, "param": {"data": str(n)}})
+    )
     assert {status for status, _ in results} == {200}
     assert len({str(data["promise"]) for _, data in results}) == 1
 
@@ -63,7 +65,11 @@ def test_concurrent_creates_of_one_id_all_get_the_same_promise(server):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_task_creates_acquire_the_task_exactly_once(server):
     def create(rpc, n):
-        action = {"kind": "promise.create", "head": {}, "data": {"id": "wf", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}}
+        action = {
+            "kind": "promise.create",
+            "head": {},
+            "data": {"id": "wf", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}},
+        }
         return rpc("task.create", {"pid": f"w{n}", "ttl": 60_000, "action": action})
 
     results = race(server, create)
@@ -76,7 +82,9 @@ def test_concurrent_task_creates_acquire_the_task_exactly_once(server):
 def test_concurrent_settles_agree_on_one_value(server):
     with Client(server) as rpc:
         rpc("promise.create", {"id": "p", "timeoutAt": FAR})
-    results = race(server, lambda rpc, n: rpc("promise.settle", {"id": "p", "state": "resolved", "value": {"data": str(n)}}))
+    results = race(
+        server, lambda rpc, n: rpc("promise.settle", {"id": "p", "state": "resolved", "value": {"data": str(n)}})
+    )
     values = {data["promise"]["value"]["data"] for _, data in results}
     assert {status for status, _ in results} == {200} and len(values) == 1
 
@@ -85,7 +93,9 @@ def test_concurrent_settles_agree_on_one_value(server):
 def test_concurrent_acquires_of_one_version_have_one_winner(server):
     with Client(server) as rpc:
         rpc("promise.create", {"id": "wf", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}})
-    results = race(server, lambda rpc, n: rpc("task.acquire", {"id": "wf", "version": 0, "pid": f"w{n}", "ttl": 60_000}))
+    results = race(
+        server, lambda rpc, n: rpc("task.acquire", {"id": "wf", "version": 0, "pid": f"w{n}", "ttl": 60_000})
+    )
     assert sorted(status for status, _ in results) == [200] + [409] * (THREADS - 1)
 
 
@@ -126,12 +136,18 @@ def operate(rpc, rng, id, ids):
         rpc("task.fulfill", {"id": id, "version": version, "action": action})
     elif kind == "suspend":
         awaited = rng.sample(ids, 2)
-        actions = [{"kind": "promise.register_callback", "head": {}, "data": {"awaited": a, "awaiter": id}} for a in awaited]
+        actions = [
+            {"kind": "promise.register_callback", "head": {}, "data": {"awaited": a, "awaiter": id}} for a in awaited
+        ]
         rpc("task.suspend", {"id": id, "version": version, "actions": actions})
     elif kind == "release":
         rpc("task.release", {"id": id, "version": version})
     elif kind == "task.create":
-        action = {"kind": "promise.create", "head": {}, "data": {"id": id, "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}}
+        action = {
+            "kind": "promise.create",
+            "head": {},
+            "data": {"id": id, "timeoutAt": FAR, "tags": {"resonate:target": TARGET}},
+        }
         rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
     else:
         rpc("task.heartbeat", {"pid": "w", "tasks": [{"id": i, "version": version} for i in rng.sample(ids, 3)]})

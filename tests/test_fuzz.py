@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, event, given, note, settings
 from django.db import transaction
+from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
 from resonate_site.protocol.dispatch import OPERATIONS
@@ -141,13 +141,20 @@ def one_of_weighted(*pairs):
 SAFE_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=8)
 IDS = one_of_weighted((8, st.sampled_from([*POOL, "w.2"])), (1, SAFE_TEXT.filter(bool)))
 PID = one_of_weighted((4, st.sampled_from(PIDS)), (1, SAFE_TEXT.filter(bool)))
+SCHEDULE_IDS = one_of_weighted((2, st.just("s")), (3, IDS))
 # (task id, version) pairs that the seed makes meaningful: held (w 1), suspended (c 1), pending (a 0),
-# halted (h 0), and stale versions.
-TASK_REFS = one_of_weighted(
-    (4, st.sampled_from([("w", 1), ("c", 1), ("a", 0), ("h", 0), ("w", 0), ("a", 1), ("w", 2)])),
-    (1, st.tuples(IDS, st.integers(0, I64_MAX))),
-)
+# halted (h 0), and stale versions. Each operation favours the pair it can succeed with.
+REFS = [("w", 1), ("c", 1), ("a", 0), ("h", 0), ("w", 0), ("a", 1), ("w", 2)]
+
+
+def task_refs(favourite):
+    return one_of_weighted(
+        (3, st.just(favourite)), (3, st.sampled_from(REFS)), (1, st.tuples(IDS, st.integers(0, I64_MAX))),
+    )
+
+
 TIME = one_of_weighted((6, st.integers(0, 20_000)), (1, st.integers(0, I64_MAX)))
+NOW = one_of_weighted((6, st.integers(0, 9_999)), (2, st.integers(10_000, 20_000)), (1, st.integers(0, 10**7)))
 TTL = one_of_weighted((6, st.integers(0, 10_000)), (1, st.integers(0, I64_MAX)))
 LIMIT = one_of_weighted((4, st.integers(1, 5)), (1, st.integers(1, 1000)))
 ADDRESS = st.sampled_from([
@@ -195,9 +202,9 @@ def search(**fields):
 
 
 @st.composite
-def task_ref(draw, **fields):
+def task_ref(draw, favourite=("w", 1), **fields):
     """{id, version} of a task, plus the given fields (strategies, or functions of the id)."""
-    id, version = draw(TASK_REFS)
+    id, version = draw(task_refs(favourite))
     data = {"id": id, "version": version}
     for name, field in fields.items():
         data[name] = draw(field(id) if callable(field) else field)
@@ -209,12 +216,14 @@ def fulfil_action(id):
 
 
 def suspend_actions(id):
-    callback = st.fixed_dictionaries({"awaited": IDS, "awaiter": one_of_weighted((4, st.just(id)), (1, IDS))})
+    awaited = one_of_weighted((2, st.sampled_from(["a.1", "q", "w.1", "b"])), (1, IDS))
+    callback = st.fixed_dictionaries({"awaited": awaited, "awaiter": one_of_weighted((4, st.just(id)), (1, IDS))})
     return st.lists(inner("promise.register_callback", callback), max_size=3)
 
 
 def fence_action(id):
-    return inner("promise.create", promise_create_data()) | inner("promise.settle", promise_settle_data())
+    settled = one_of_weighted((3, IDS), (1, st.just(id)))  # the spec lets a fence settle the task's own promise
+    return inner("promise.create", promise_create_data()) | inner("promise.settle", promise_settle_data(settled))
 
 
 WELL_FORMED = {
@@ -229,7 +238,7 @@ WELL_FORMED = {
         "pid": PID, "ttl": TTL,
         "action": inner("promise.create", promise_create_data(TAGS.map(lambda t: {TARGET: SEED_ADDRESS, **t}))),
     }),
-    "task.acquire": task_ref(pid=PID, ttl=TTL),
+    "task.acquire": task_ref(("a", 0), pid=PID, ttl=TTL),
     "task.fence": task_ref(action=fence_action),
     "task.heartbeat": st.fixed_dictionaries({
         "pid": PID,
@@ -238,15 +247,15 @@ WELL_FORMED = {
     "task.suspend": task_ref(actions=suspend_actions),
     "task.fulfill": task_ref(action=fulfil_action),
     "task.release": task_ref(),
-    "task.halt": by_id(),
-    "task.continue": by_id(),
+    "task.halt": one_of_weighted((1, st.sampled_from([{"id": "w"}, {"id": "c"}, {"id": "a"}])), (2, by_id())),
+    "task.continue": one_of_weighted((1, st.just({"id": "h"})), (2, by_id())),
     "task.search": search(state=TASK_STATES),
-    "schedule.get": by_id(),
+    "schedule.get": st.fixed_dictionaries({"id": SCHEDULE_IDS}),
     "schedule.create": st.fixed_dictionaries(
-        {"id": IDS, "cron": CRONS, "promiseId": TEMPLATES, "promiseTimeout": TTL},
+        {"id": SCHEDULE_IDS, "cron": CRONS, "promiseId": TEMPLATES, "promiseTimeout": TTL},
         optional={"promiseParam": VALUE, "promiseTags": TAGS},
     ),
-    "schedule.delete": by_id(),
+    "schedule.delete": st.fixed_dictionaries({"id": SCHEDULE_IDS}),
     "schedule.search": search(tags=STRING_MAP),
     "debug.start": st.just({}),
     "debug.stop": st.just({}),
@@ -326,14 +335,14 @@ def data_for(kind):
 def heads(draw, kind, data):
     head = {"corrId": draw(st.sampled_from(["c-fuzz", "", "ünï"])), "version": VERSION}
     time = data.get("time") if kind == "debug.tick" and isinstance(data, dict) else None
-    debug_time = draw(one_of_weighted((6, st.integers(0, 20_000)), (1, st.integers(0, 10**7)), (1, st.none())))
+    debug_time = draw(one_of_weighted((8, NOW), (1, st.none())))
     if isinstance(time, int) and not isinstance(time, bool) and draw(st.integers(0, 5)):
         debug_time = time if 0 <= time <= 10**7 else None
     if debug_time is not None:
         head["resonate:debug_time"] = debug_time
     if draw(st.integers(0, 4)) == 0:
         head["auth"] = draw(st.sampled_from(["eyJ.e30.sig", ""]))
-    if draw(st.integers(0, 4)) == 0:
+    if draw(st.integers(0, 9)) == 0:
         head["resonate:origin"] = draw(JSON)
     return head
 
@@ -393,6 +402,15 @@ def test_arbitrary_bytes_get_400(protocol, raw):
     check_echo(answer, raw)
 
 
+def could_be_valid(value):
+    """Whether a random JSON value happens to be a well-formed envelope of a real operation."""
+    head = value.get("head") if isinstance(value, dict) else None
+    return (
+        isinstance(head, dict) and head.get("version") == VERSION and isinstance(head.get("corrId"), str)
+        and value.get("kind") in OPERATIONS and isinstance(value.get("data"), dict)
+    )
+
+
 def test_arbitrary_json_values_get_400_and_write_nothing(protocol):
     seed(protocol)
     before = stored(protocol)
@@ -400,9 +418,14 @@ def test_arbitrary_json_values_get_400_and_write_nothing(protocol):
     @fuzz_settings(150)
     @given(value=JSON)
     def run(value):
-        answer, _ = check_reply(protocol, dumps(value), before, allowed={400})
-        assert answer.data.startswith(("Invalid request envelope: ", "Missing or invalid 'kind'", "Invalid 'data'",
-                                       "Unsupported protocol version", "Unknown operation: "))
+        with rolled_back():
+            allowed = ALLOWED if could_be_valid(value) else {400}
+            answer, _ = check_reply(protocol, dumps(value), before, allowed=allowed)
+        if answer.status == 400:
+            assert answer.data.startswith((
+                "Invalid request envelope: ", "Missing or invalid 'kind'", "Invalid 'data'",
+                "Unsupported protocol version", "Unknown operation: ", "Invalid request: ",
+            ))
 
     run()
 
@@ -435,13 +458,85 @@ def test_arbitrary_envelopes_get_a_protocol_status_and_refusals_write_nothing(pr
 
 # 2 and 3. Every operation: only protocol statuses, and a refusal writes nothing
 
+def callback(awaited, awaiter):
+    return {"kind": "promise.register_callback", "head": {}, "data": {"awaited": awaited, "awaiter": awaiter}}
+
+
+# Requests that reach the deep success paths from the seed (at time 1000), run before the random
+# examples of each kind, followed by a repeat that may now be refused.
+SUCCESSES = {
+    "promise.settle": [({"id": "a.1", "state": "rejected", "value": {"data": "eA=="}}, 200)],  # unblock + resumes
+    "promise.register_callback": [({"awaited": "w.1", "awaiter": "a"}, 200)],
+    "promise.register_listener": [({"awaited": "w", "address": "https://h/hook"}, 200)],
+    "task.create": [({"pid": "w3", "ttl": 500, "action": {"kind": "promise.create", "head": {},
+                      "data": {"id": "w.2", "timeoutAt": 9_000, "tags": {TARGET: SEED_ADDRESS}}}}, 200)],
+    "task.acquire": [({"id": "a", "version": 0, "pid": "w3", "ttl": 500}, 200)],
+    "task.fence": [
+        ({"id": "w", "version": 1, "action": {"kind": "promise.create", "head": {},
+          "data": {"id": "w.2", "timeoutAt": 9_000, "tags": {"resonate:branch": "w"}}}}, 200),
+        ({"id": "w", "version": 1, "action": {"kind": "promise.settle", "head": {},
+          "data": {"id": "a.1", "state": "resolved"}}}, 200),
+    ],
+    "task.heartbeat": [({"pid": "w1", "tasks": []}, 200), ({"pid": "w1", "tasks": [{"id": "w", "version": 1}]}, 200)],
+    "task.suspend": [({"id": "w", "version": 1, "actions": [callback("a.1", "w")]}, 200),
+                     ({"id": "w", "version": 1, "actions": [callback("a.1", "w"), callback("q", "w")]}, 300),
+                     ({"id": "w", "version": 1, "actions": [callback("b", "w")]}, 422)],
+    "task.fulfill": [({"id": "w", "version": 1, "action": {"kind": "promise.settle", "head": {},
+                       "data": {"id": "w", "state": "resolved"}}}, 200)],
+    "task.release": [({"id": "w", "version": 1}, 200)],
+    "task.halt": [({"id": "c"}, 200)],
+    "task.continue": [({"id": "h"}, 200)],
+    "schedule.delete": [({"id": "s"}, 200)],
+    "debug.tick": [({"time": 9_000_000}, 200)],
+}
+
+
+BY_ID = {"promise.get", "task.get", "task.halt", "task.continue", "schedule.get", "schedule.delete"}
+
+
+def envelope_of(kind, data):
+    time = data["time"] if kind == "debug.tick" else 1_000
+    return {"kind": kind, "head": {"corrId": "c-fuzz", "version": VERSION, "resonate:debug_time": time}, "data": data}
+
+
+@pytest.mark.parametrize("kind,data,status", [
+    (kind, data, status) for kind, cases in SUCCESSES.items() for data, status in cases
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_the_seed_lets_the_fuzzing_reach_deep_paths(protocol, kind, data, status):
+    seed(protocol)
+    answer = protocol.raw(dumps(envelope_of(kind, data)), kind, "c-fuzz")
+    assert answer.status == status, answer
+
+
 @pytest.mark.parametrize("kind", sorted(OPERATIONS))
 def test_every_operation_answers_a_protocol_status_and_refusals_write_nothing(protocol, kind):
     seed(protocol)
     seeded = stored(protocol)
 
-    @fuzz_settings(25)
+    @fuzz_settings(16)
     @given(batch=st.lists(requests(kind), min_size=1, max_size=3))
+    def run(batch):
+        with rolled_back():
+            before = seeded
+            for request in batch:
+                note(repr(request))
+                _, before = check_reply(protocol, dumps(request), before)
+
+    for data, _ in SUCCESSES.get(kind, []):
+        run = example(batch=[envelope_of(kind, data), envelope_of(kind, data)])(run)
+    if kind in BY_ID:  # every seeded id, whatever the random draws
+        run = example(batch=[envelope_of(kind, {"id": id}) for id in [*POOL, "w.2"]])(run)
+    run()
+
+
+# 4. Mixed sequences: any operation after any other, from the same seeded state
+
+def test_mixed_sequences_of_operations_answer_protocol_statuses_and_refusals_write_nothing(protocol):
+    seed(protocol)
+    seeded = stored(protocol)
+
+    @fuzz_settings(40)
+    @given(batch=st.lists(st.sampled_from(sorted(OPERATIONS)).flatmap(requests), min_size=1, max_size=6))
     def run(batch):
         with rolled_back():
             before = seeded

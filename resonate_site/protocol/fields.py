@@ -127,7 +127,7 @@ class Tags(StringMap):
             if not (delay.isascii() and delay.isdigit() and len(delay) <= 19 and int(delay) <= I64_MAX):
                 raise serializers.ValidationError(f"{DELAY} must be a time in ms (a decimal integer), got {delay!r}")
         if BRANCH in data and len(data[BRANCH].encode()) > MAX_ID_BYTES:
-            raise serializers.ValidationError(f"{BRANCH} names a promise id, so it must be at most {MAX_ID_BYTES} bytes")
+            raise serializers.ValidationError(f"{BRANCH} names a promise id: at most {MAX_ID_BYTES} bytes")
         return data
 
 

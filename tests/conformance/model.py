@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
 
@@ -20,7 +20,7 @@ I64_MAX = 2**63 - 1
 PROTOCOL_VERSION = "2026-04-01"
 RETRY, LEASE = 0, 1  # TaskTimeout.kind
 PENDING = "pending"
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TEMPLATE_FIELD = re.compile(r"\{\{\.id\}\}|\{\{\.timestamp\}\}")
 
 

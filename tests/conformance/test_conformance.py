@@ -8,13 +8,12 @@ More steps on demand: CONFORMANCE_EXAMPLES=2000 CONFORMANCE_STEPS=100 pytest tes
 import copy
 import os
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from tests.conformance.model import SpecModel
 from tests.conformance.invariants import violations
+from tests.conformance.model import SpecModel
 
 IDS = ["a", "a.1", "a.2", "b", "b.1"]
 PIDS = ["w1", "w2"]
@@ -29,16 +28,18 @@ ttls = st.sampled_from([0, 1000, 5000, 30000])
 deadlines = st.integers(-500, 20_000)  # timeoutAt relative to now
 values = st.sampled_from([{}, {"data": "eA=="}, {"headers": {"k": "v"}, "data": "eQ=="}])
 settle_states = st.sampled_from(["resolved", "rejected", "rejected_canceled"])
-tag_sets = st.sampled_from([
-    {},
-    {"resonate:target": TARGET},
-    {"resonate:target": TARGET, "resonate:branch": "a"},
-    {"resonate:target": "poll://uni@g/w2", "resonate:branch": "b"},
-    {"resonate:timer": "true"},
-    {"resonate:timer": "true", "resonate:branch": "a"},
-    {"resonate:external": "true", "resonate:branch": "a"},
-    {"resonate:branch": "b"},
-])
+tag_sets = st.sampled_from(
+    [
+        {},
+        {"resonate:target": TARGET},
+        {"resonate:target": TARGET, "resonate:branch": "a"},
+        {"resonate:target": "poll://uni@g/w2", "resonate:branch": "b"},
+        {"resonate:timer": "true"},
+        {"resonate:timer": "true", "resonate:branch": "a"},
+        {"resonate:external": "true", "resonate:branch": "a"},
+        {"resonate:branch": "b"},
+    ]
+)
 delays = st.one_of(st.none(), st.integers(-1000, 15_000))
 promise_states = st.sampled_from(["pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout"])
 task_states = st.sampled_from(["pending", "acquired", "suspended", "halted", "fulfilled"])
@@ -108,8 +109,12 @@ class Conformance(RuleBasedStateMachine):
     def promise_register_listener(self, awaited, address):
         self.send("promise.register_listener", {"awaited": awaited, "address": address})
 
-    @rule(state=st.none() | promise_states, branch=st.none() | st.sampled_from(["a", "b"]),
-          limit=st.none() | limits, cursor=st.none() | ids)
+    @rule(
+        state=st.none() | promise_states,
+        branch=st.none() | st.sampled_from(["a", "b"]),
+        limit=st.none() | limits,
+        cursor=st.none() | ids,
+    )
     def promise_search(self, state, branch, limit, cursor):
         data = {}
         if state:
@@ -137,8 +142,16 @@ class Conformance(RuleBasedStateMachine):
     def task_acquire(self, data, id, pid, ttl):
         self.send("task.acquire", {"id": id, "version": self.version_of(data, id), "pid": pid, "ttl": ttl})
 
-    @rule(data=st.data(), id=ids, child=ids, deadline=deadlines, tags=tag_sets,
-          settle=st.booleans(), state=settle_states, value=values)
+    @rule(
+        data=st.data(),
+        id=ids,
+        child=ids,
+        deadline=deadlines,
+        tags=tag_sets,
+        settle=st.booleans(),
+        state=settle_states,
+        value=values,
+    )
     def task_fence(self, data, id, child, deadline, tags, settle, state, value):
         if settle:
             inner = envelope("promise.settle", {"id": child, "state": state, "value": value})
@@ -180,14 +193,26 @@ class Conformance(RuleBasedStateMachine):
 
     # schedule.*
 
-    @rule(id=st.sampled_from(SCHEDULE_IDS), cron=crons, template=templates,
-          timeout=st.sampled_from([0, 3000, 20_000]), targeted=st.booleans())
+    @rule(
+        id=st.sampled_from(SCHEDULE_IDS),
+        cron=crons,
+        template=templates,
+        timeout=st.sampled_from([0, 3000, 20_000]),
+        targeted=st.booleans(),
+    )
     def schedule_create(self, id, cron, template, timeout, targeted):
         tags = {"resonate:target": TARGET} if targeted else {}
-        self.send("schedule.create", {
-            "id": id, "cron": cron, "promiseId": template, "promiseTimeout": timeout,
-            "promiseParam": {"data": "eg=="}, "promiseTags": tags,
-        })
+        self.send(
+            "schedule.create",
+            {
+                "id": id,
+                "cron": cron,
+                "promiseId": template,
+                "promiseTimeout": timeout,
+                "promiseParam": {"data": "eg=="},
+                "promiseTags": tags,
+            },
+        )
 
     @rule(id=st.sampled_from(SCHEDULE_IDS))
     def schedule_get(self, id):
@@ -220,9 +245,12 @@ def envelope(kind, data):
 
 def test_the_server_behaves_as_the_specification(protocol):
     Conformance.protocol = protocol
-    run_state_machine_as_test(Conformance, settings=settings(
-        max_examples=int(os.environ.get("CONFORMANCE_EXAMPLES", 150)),
-        stateful_step_count=int(os.environ.get("CONFORMANCE_STEPS", 60)),
-        deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    ))
+    run_state_machine_as_test(
+        Conformance,
+        settings=settings(
+            max_examples=int(os.environ.get("CONFORMANCE_EXAMPLES", 150)),
+            stateful_step_count=int(os.environ.get("CONFORMANCE_STEPS", 60)),
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        ),
+    )
