@@ -129,7 +129,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--workers", type=int, default=2, help="server processes")
-    parser.add_argument("--threads", type=int, default=4, help="protocol threads per server process")
+    parser.add_argument("--threads", type=int, default=2, help="protocol threads per server process")
     parser.add_argument("--only", help="comma-separated scenario names")
     args = parser.parse_args()
     for tool in ("wrk", "pgbench", "psql"):

@@ -14,7 +14,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 STREAM_PREFIXES = ("/poll/",)
-THREADS = int(os.environ.get("RESONATE_WSGI_THREADS", "8"))
+THREADS = int(os.environ.get("RESONATE_WSGI_THREADS", "2"))
 
 django_asgi = get_asgi_application()
 django_wsgi = WSGIMiddleware(get_wsgi_application(), workers=THREADS)

@@ -70,7 +70,10 @@ def database_from_url(url):
         }
     elif db["ENGINE"] == "django.db.backends.postgresql":
         db["CONN_MAX_AGE"] = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
-        db["CONN_HEALTH_CHECKS"] = True
+        if os.environ.get("DATABASE_SERVER_SIDE_BINDING", "").lower() in {"1", "true"}:
+            db["OPTIONS"] = {"server_side_binding": True}
+        # No per-request health check (a round trip each): promises.transactions reconnects and
+        # retries when a kept connection turns out to be dead.
     return db
 
 

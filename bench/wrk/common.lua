@@ -24,3 +24,19 @@ function envelope(kind, data)
 end
 
 FAR = "4102444800000"
+
+-- Keep the first non-200 answer of each thread, and print them at the end of the run.
+function note_error(status, body)
+  if status ~= 200 and first_error == nil then first_error = status .. " " .. body end
+end
+
+function response(status, headers, body)
+  note_error(status, body)
+end
+
+function done(summary, latency, requests)
+  for _, thread in ipairs(threads) do
+    local error = thread:get("first_error")
+    if error then print("first error: " .. error) end
+  end
+end

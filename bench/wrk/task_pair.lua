@@ -1,17 +1,23 @@
--- task.create then task.fulfill of the same id, alternating on each connection (run with -c equal to -t).
+-- task.create then task.fulfill of the same id, on one connection per thread (run with -c equal to -t).
+-- The fulfill is sent only once the create has answered 200: wrk may call request() ahead of time.
 dofile(os.getenv("BENCH_DIR") .. "/common.lua")
-local pending = nil
+local id = nil
+local created = false
 
 function request()
-  if pending == nil then
-    pending = next_id("t")
-    return envelope("task.create",
-      '{"pid":"bench","ttl":60000,"action":{"kind":"promise.create","head":{},"data":{"id":"' .. pending ..
-      '","timeoutAt":' .. FAR .. ',"tags":{"resonate:target":"poll://any@bench"}}}}')
+  if created then
+    created = false
+    return envelope("task.fulfill",
+      '{"id":"' .. id .. '","version":1,"action":{"kind":"promise.settle","head":{},"data":{"id":"' .. id ..
+      '","state":"resolved","value":{"data":"NDI="}}}}')
   end
-  local id = pending
-  pending = nil
-  return envelope("task.fulfill",
-    '{"id":"' .. id .. '","version":1,"action":{"kind":"promise.settle","head":{},"data":{"id":"' .. id ..
-    '","state":"resolved","value":{"data":"NDI="}}}}')
+  id = next_id("t")
+  return envelope("task.create",
+    '{"pid":"bench","ttl":60000,"action":{"kind":"promise.create","head":{},"data":{"id":"' .. id ..
+    '","timeoutAt":' .. FAR .. ',"tags":{"resonate:target":"poll://any@bench"}}}}')
+end
+
+function response(status, headers, body)
+  note_error(status, body)
+  created = status == 200 and string.find(body, '"kind":"task.create"', 1, true) ~= nil
 end

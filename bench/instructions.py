@@ -1,0 +1,122 @@
+"""CPU instructions per protocol request, counted by valgrind (repeatable, unlike timings on a shared VM).
+
+    .venv/bin/python bench/instructions.py [--database-url postgres://postgres@127.0.0.1:5432/resonate_bench]
+
+Each operation runs through Django's WSGI handler in this process (middleware, DRF view, envelope,
+handler, database driver) n times under `valgrind --tool=callgrind`, for two values of n; the
+difference divided by the difference in n is the cost of one request, startup cancelled out.
+The database server's own instructions are not counted. Needs valgrind (apt-get install valgrind).
+"""
+
+import argparse
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OPERATIONS = ("promise.create", "promise.get", "promise.settle", "task.create", "task.fulfill")
+SMALL, LARGE = 20, 120
+SEEDED = LARGE  # the same seeding in both runs, so it cancels out
+
+
+def requests(operation, n, run):
+    """n request bodies for one operation; creates and settles touch fresh ids from `run`."""
+    import orjson
+
+    def envelope(kind, data):
+        return orjson.dumps({"kind": kind, "head": {"corrId": "i", "version": "2026-04-01"}, "data": data})
+
+    target = {"resonate:target": "poll://any@bench"}
+    for i in range(n):
+        id = f"ins-{run}-{i}"
+        if operation == "promise.create":
+            yield envelope(operation, {"id": id, "timeoutAt": 4102444800000, "param": {"data": "e30="}, "tags": target})
+        elif operation == "promise.get":
+            yield envelope(operation, {"id": f"{run}-seed"})
+        elif operation == "promise.settle":
+            yield envelope(operation, {"id": f"{run}-seed-{i}", "state": "resolved", "value": {"data": "NDI="}})
+        elif operation == "task.create":
+            data = {"id": id, "timeoutAt": 4102444800000, "tags": target}
+            action = {"kind": "promise.create", "head": {}, "data": data}
+            yield envelope(operation, {"pid": "p", "ttl": 60000, "action": action})
+        else:
+            settle = {"kind": "promise.settle", "head": {}, "data": {"id": f"{run}-seed-{i}", "state": "resolved"}}
+            yield envelope(operation, {"id": f"{run}-seed-{i}", "version": 1, "action": settle})
+
+
+def seed(operation, n, run, app):
+    """What the measured requests need to find: a promise to read, pending promises, acquired tasks."""
+    import orjson
+
+    def call(body):
+        environ = {
+            "REQUEST_METHOD": "POST", "PATH_INFO": "/", "SERVER_NAME": "bench", "SERVER_PORT": "80",
+            "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
+            "wsgi.url_scheme": "http", "HTTP_HOST": "127.0.0.1", "SERVER_PROTOCOL": "HTTP/1.1",
+        }
+        return b"".join(app(environ, lambda status, headers: None))
+
+    def envelope(kind, data):
+        return orjson.dumps({"kind": kind, "head": {"corrId": "s", "version": "2026-04-01"}, "data": data})
+
+    call(envelope("promise.create", {"id": f"{run}-seed", "timeoutAt": 4102444800000}))
+    for i in range(SEEDED if operation in ("promise.settle", "task.fulfill") else 0):
+        data = {"id": f"{run}-seed-{i}", "timeoutAt": 4102444800000, "tags": {"resonate:target": "poll://any@b"}}
+        if operation == "task.fulfill":
+            action = {"kind": "promise.create", "data": data}
+            call(envelope("task.create", {"pid": "p", "ttl": 60000, "action": action}))
+        else:
+            call(envelope("promise.create", data))
+    return call
+
+
+def child(operation, n):
+    """Runs inside valgrind: set up, seed, then the n measured requests (only those are toggled on)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
+    sys.path.insert(0, str(ROOT))
+    from django.core.wsgi import get_wsgi_application
+
+    app = get_wsgi_application()
+    run = f"{os.getpid()}-{time.time_ns()}"
+    call = seed(operation, n, run, app)
+    for body in requests(operation, 3, f"{run}-warm"):
+        call(body)  # warm caches on ids of their own
+    bodies = list(requests(operation, n, run))
+    for body in bodies:
+        answer = call(body)
+        assert b'"status":200' in answer, answer
+
+
+def count(operation, n, database_url):
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg", sys.executable, __file__,
+             "--child", operation, str(n)],
+            env={**os.environ, "DATABASE_URL": database_url, "PYTHONHASHSEED": "0"},
+            check=True, capture_output=True,
+        )
+        summary = next(line for line in Path(out, "cg").read_text().splitlines() if line.startswith("summary:"))
+    return int(re.search(r"\d+", summary).group())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/resonate_bench")
+    parser.add_argument("--only", help="comma-separated operations")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    for operation in (args.only.split(",") if args.only else OPERATIONS):
+        small, large = count(operation, SMALL, args.database_url), count(operation, LARGE, args.database_url)
+        print(f"{operation:16} {(large - small) / (LARGE - SMALL) / 1e6:6.2f} M instructions per request", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
