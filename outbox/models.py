@@ -47,6 +47,7 @@ class MessageQuerySet(models.QuerySet):
             address=address, data=data, created_at=now, next_attempt_at=now,
         )
         rows.insert(message, on_conflict=("key", REPLACED_ON_SET))
+        return message.key
 
 
 class Message(models.Model):

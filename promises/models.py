@@ -64,10 +64,6 @@ class PromiseQuerySet(models.QuerySet):
             return self.filter(Q(state=state) | (expired & Q(timer=False)))
         return self.filter(state=state)
 
-    def due(self, now):
-        """Armed promise timeouts at or before `now`, in firing order."""
-        return self.filter(timeout_armed=True, timeout_at__lte=now).order_by("timeout_at", "id")
-
 
 class Promise(models.Model):
     id = IdField(primary_key=True)

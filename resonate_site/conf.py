@@ -1,36 +1,60 @@
-"""The RESONATE settings block: every default once, with its unit, overridable from the environment."""
+"""The RESONATE settings block: every default once, with its unit; RESONATE_<NAME> overrides from the environment."""
 
 import os
 
 from django.conf import settings
+from django.core.checks import Error, register
 
 DEFAULTS = {
     # Protocol
     "RETRY_TIMEOUT_MS": 5000,  # a pending task's execute is re-sent this often (spec ServerConfig.retryTimeout)
     "DEBUG": False,  # enables debug.* operations and head["resonate:debug_time"]
-    "SERVER_URL": "",  # public URL of this server, sent as head.serverUrl in execute messages
+    "SERVER_URL": "",  # public URL of this server, sent as head.serverUrl in execute messages (D14)
+    "MAX_BODY_BYTES": 10 * 1024 * 1024,  # larger request bodies get a 413
     # Database
-    "DB_RETRIES": 10,  # attempts for a request that loses a race (deadlock, serialization, duplicate create)
-    # Request limits
-    "MAX_BODY_BYTES": 10 * 1024 * 1024,
+    "DB_RETRIES": 10,  # attempts of a request that loses a race (deadlock, duplicate create) before a 503
+    # Background work: "embedded" (threads in the `serve` process) or "celery" (Celery workers and Beat)
+    "BACKGROUND": "embedded",
+    "SWEEP_PERIOD_MS": 2000,  # Celery Beat starts a sweep this often; each sweeps until the next one starts
+    "SWEEP_IDLE_MS": 50,  # longest sleep between looks for due timeouts (bounds lateness of new timers)
+    "SWEEP_BATCH": 100,  # timeouts fired per transaction by the background sweep
+    # Delivery of execute/unblock messages
+    "HUB_URL": "",  # where SSE streams meet deliverers across processes: "" = in memory, or redis://…
+    "DELIVERY_PASS_MS": 1000,  # how often undelivered and retry-due messages are looked at again
+    "DELIVERY_ATTEMPTS": 8,  # HTTP push attempts before a message is marked failed (D13)
+    "DELIVERY_BACKOFF_MS": 1000,  # first retry delay of an HTTP push; doubles per attempt
+    "DELIVERY_BACKOFF_MAX_MS": 60000,
+    "PUSH_TIMEOUT_MS": 10000,  # one HTTP push attempt
+    "SSE_MAX_AGE_MS": 120_000,  # a poll stream ends after this, so the Python SDK reconnects (D12)
+    "SSE_KEEPALIVE_MS": 15_000,  # a comment line this often on an idle stream
 }
 
-# Environment variable → (setting, parser). Environment variables override settings.py.
-ENVIRONMENT = {
-    "RESONATE_RETRY_TIMEOUT_MS": ("RETRY_TIMEOUT_MS", int),
-    "RESONATE_DEBUG": ("DEBUG", lambda v: v.strip().lower() in {"1", "true", "yes", "on"}),
-    "RESONATE_SERVER_URL": ("SERVER_URL", str),
-    "RESONATE_DB_RETRIES": ("DB_RETRIES", int),
-    "RESONATE_MAX_BODY_BYTES": ("MAX_BODY_BYTES", int),
-}
+CHOICES = {"BACKGROUND": {"embedded", "celery"}}
+POSITIVE = {"RETRY_TIMEOUT_MS", "MAX_BODY_BYTES", "DB_RETRIES", "SWEEP_PERIOD_MS", "SWEEP_IDLE_MS", "SWEEP_BATCH",
+            "DELIVERY_PASS_MS", "DELIVERY_ATTEMPTS", "DELIVERY_BACKOFF_MS", "DELIVERY_BACKOFF_MAX_MS",
+            "PUSH_TIMEOUT_MS", "SSE_MAX_AGE_MS", "SSE_KEEPALIVE_MS"}
+
+
+def parse(name, text):
+    """An environment value, read as the type of the setting's default."""
+    default = DEFAULTS[name]
+    if isinstance(default, bool):
+        return text.strip().lower() in {"1", "true", "yes", "on"}
+    if isinstance(default, int):
+        return int(text)
+    return text
 
 
 def from_environment(environ=os.environ):
-    """The overrides that the environment asks for, as a partial RESONATE dict."""
+    """The overrides that the environment asks for (RESONATE_<NAME>), as a partial RESONATE dict."""
     overrides = {}
-    for variable, (name, parse) in ENVIRONMENT.items():
+    for name in DEFAULTS:
+        variable = f"RESONATE_{name}"
         if variable in environ:
-            overrides[name] = parse(environ[variable])
+            try:
+                overrides[name] = parse(name, environ[variable])
+            except ValueError:
+                overrides[name] = environ[variable]  # reported by the system check below
     return overrides
 
 
@@ -44,3 +68,25 @@ class ResonateSettings:
 
 
 resonate_settings = ResonateSettings()
+
+
+@register()
+def check_settings(app_configs, **kwargs):
+    """manage.py check fails on a RESONATE setting of the wrong type or out of range."""
+    errors = []
+    configured = getattr(settings, "RESONATE", {})
+    for name, value in configured.items():
+        if name not in DEFAULTS:
+            errors.append(Error(f"RESONATE['{name}'] is not a setting", id="resonate.E001"))
+            continue
+        expected = type(DEFAULTS[name])
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            errors.append(Error(f"RESONATE['{name}'] must be {expected.__name__}, got {value!r}", id="resonate.E002"))
+        elif name in POSITIVE and value < 1:
+            errors.append(Error(f"RESONATE['{name}'] must be at least 1, got {value!r}", id="resonate.E003"))
+        elif name in CHOICES and value not in CHOICES[name]:
+            errors.append(Error(f"RESONATE['{name}'] must be one of {sorted(CHOICES[name])}", id="resonate.E004"))
+    if resonate_settings.BACKGROUND == "celery" and not resonate_settings.HUB_URL.startswith("redis://"):
+        errors.append(Error("RESONATE_BACKGROUND=celery needs RESONATE_HUB_URL=redis://… (streams span processes)",
+                            id="resonate.E005"))
+    return errors

@@ -114,6 +114,20 @@ REST_FRAMEWORK = {
 
 RESONATE = from_environment()
 
+# Celery: production mode's background workers (RESONATE_BACKGROUND=celery). Beat's schedule lives in
+# the database (django-celery-beat) and is seeded from CELERY_BEAT_SCHEDULE when Beat starts.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "schedules.tasks.sweep", "schedule": RESONATE.get("SWEEP_PERIOD_MS", 2000) / 1000},
+    "deliver": {"task": "outbox.tasks.deliver_due", "schedule": RESONATE.get("DELIVERY_PASS_MS", 1000) / 1000},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

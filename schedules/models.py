@@ -9,10 +9,6 @@ class ScheduleQuerySet(models.QuerySet):
     def locked(self, schedule_id):
         return self.select_for_update().filter(pk=schedule_id).first()
 
-    def due(self, now):
-        """Schedules whose next run is at or before `now`, in firing order."""
-        return self.filter(next_run_at__lte=now).order_by("next_run_at", "id")
-
 
 class Schedule(models.Model):
     id = IdField(primary_key=True)

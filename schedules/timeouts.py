@@ -1,9 +1,13 @@
 """The schedule timeout with its catch-up, and sweep(now): every due timeout transition, in order."""
 
+from django.db import connection
+
+from promises import rows
 from promises.engine import on_promise_timeout
 from promises.handlers import promise_create
 from promises.models import Promise
 from promises.protocol import later
+from promises.transactions import run_atomically
 from schedules.cron import NEVER, expand, next_cron
 from schedules.models import Schedule
 from tasks.engine import on_task_lease_timeout, on_task_retry_timeout
@@ -36,19 +40,37 @@ def on_schedule_timeout(schedule_id, now):
     schedule.save(update_fields=["last_run_at", "next_run_at"])
 
 
+def _due(table, deadline, where, lock_of=""):
+    """SQL for due entries by (deadline, id); with `claim`, locked and skipping rows others hold."""
+    sql = f"SELECT e.id FROM {table} WHERE {where} AND {deadline} <= %s ORDER BY {deadline}, e.id"
+
+    def due(now, limit=None, claim=False):
+        query = sql + (" LIMIT %s" if limit else "")
+        if claim and connection.features.has_select_for_update_skip_locked:
+            query += f" FOR UPDATE{lock_of} SKIP LOCKED"
+        return [id for (id,) in rows.execute(query, [now, limit] if limit else [now])]
+
+    return due
+
+
+PROMISES = rows.quote(Promise._meta.db_table)
+TASKS = f"{rows.quote(Task._meta.db_table)} e JOIN {PROMISES} p ON p.id = e.id"
 # Firing order (decision D15): promise timeouts, task retries, task leases, schedules; each by deadline, id.
+# A task's timeout is claimed by locking its promise row, the lock that guards the task.
 TRANSITIONS = (
-    ("promise", lambda now: Promise.objects.due(now).values_list("id", flat=True), on_promise_timeout),
-    ("retry", lambda now: Task.objects.due(TimeoutKind.RETRY, now).values_list("pk", flat=True),
-     on_task_retry_timeout),
-    ("lease", lambda now: Task.objects.due(TimeoutKind.LEASE, now).values_list("pk", flat=True),
-     on_task_lease_timeout),
-    ("schedule", lambda now: Schedule.objects.due(now).values_list("id", flat=True), on_schedule_timeout),
+    ("promise", _due(f"{PROMISES} e", "e.timeout_at", "e.timeout_armed"), on_promise_timeout),
+    ("retry", _due(TASKS, "e.timeout_at", f"e.timeout_kind = {TimeoutKind.RETRY}", " OF p"), on_task_retry_timeout),
+    ("lease", _due(TASKS, "e.timeout_at", f"e.timeout_kind = {TimeoutKind.LEASE}", " OF p"), on_task_lease_timeout),
+    ("schedule", _due(f"{rows.quote(Schedule._meta.db_table)} e", "e.next_run_at", "TRUE"), on_schedule_timeout),
 )
 
 
-def sweep(now):
+def sweep(now, batch=None):
     """Fire every timeout due at `now`, each at most once, until nothing due is left (decision D15).
+
+    Without `batch` (debug.tick) everything runs in the caller's transaction. With `batch` (the
+    background), each batch is its own transaction and claims its entries with SKIP LOCKED, so
+    several sweepers share the work; every transition re-checks its guard, so nothing fires twice.
 
     A promise timeout cannot make another timeout due, nor can a retry or a lease (the retry timeout is
     at least 1 ms); only a schedule's catch-up can (its promises may be born with due timeouts). So one
@@ -59,9 +81,21 @@ def sweep(now):
     while True:
         before = len(fired)
         for category, due, transition in TRANSITIONS:
-            for entry_id in list(due(now)):
-                if (category, entry_id) not in fired:
-                    fired.add((category, entry_id))
-                    transition(entry_id, now)
+            while fired_now := fire(category, due, transition, now, batch, fired):
+                fired.update((category, id) for id in fired_now)
+                if batch is None:
+                    break
         if len(fired) == before:
             return len(fired)
+
+
+def fire(category, due, transition, now, batch, fired):
+    """Run the transition of due entries not yet fired in this sweep; the ids fired (committed, with `batch`)."""
+
+    def run():
+        ids = [id for id in due(now, limit=batch, claim=batch is not None) if (category, id) not in fired]
+        for id in ids:
+            transition(id, now)
+        return ids
+
+    return run() if batch is None else run_atomically(run)

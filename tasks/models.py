@@ -48,10 +48,6 @@ class TaskQuerySet(models.QuerySet):
             task.promise = promise
         return task
 
-    def due(self, kind, now):
-        """Task timeouts of one kind at or before `now`, in firing order."""
-        return self.filter(timeout_kind=kind, timeout_at__lte=now).order_by("timeout_at", "promise_id")
-
     def with_projected_state(self, state, now):
         """Tasks whose projected state at `now` (see Task.projected) is `state`."""
         live = Q(promise__state=PromiseState.PENDING, promise__timeout_at__gt=now)

@@ -1,21 +1,44 @@
-"""manage.py serve: run the server (POST /, /poll, /health, /admin) under uvicorn."""
+"""manage.py serve: run the server (POST /, /poll, /health, /admin) under uvicorn.
+
+In the embedded mode (the default, RESONATE_BACKGROUND=embedded) the same process also sweeps
+timeouts and delivers messages, in two threads. In production mode Celery workers and Beat do that.
+"""
+
+import threading
 
 import uvicorn
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+from outbox.dispatch import Deliverer
+from resonate_site.conf import resonate_settings
+from schedules.sweeper import keep_sweeping
 
 
 class Command(BaseCommand):
-    help = "Run the Resonate server (embedded default: 127.0.0.1:8001, one process)."
+    help = "Run the Resonate server (embedded default: 127.0.0.1:8001, one process that also sweeps and delivers)."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8001)
-        parser.add_argument("--workers", type=int, default=1, help="server processes (use 1 with SQLite)")
+        parser.add_argument("--workers", type=int, default=1, help="server processes (RESONATE_BACKGROUND=celery)")
         parser.add_argument("--log-level", default="info")
 
     def handle(self, *args, host, port, workers, log_level, **options):
-        self.stdout.write(f"Resonate server on http://{host}:{port}/")
-        uvicorn.run(
-            "resonate_site.asgi:application", host=host, port=port, workers=workers,
-            log_level=log_level, access_log=False, lifespan="off",
-        )
+        embedded = resonate_settings.BACKGROUND == "embedded"
+        if embedded and workers > 1:
+            raise CommandError("several server processes need RESONATE_BACKGROUND=celery (and a Redis hub)")
+        stop = threading.Event()
+        if embedded:
+            threading.Thread(
+                target=keep_sweeping, args=(float("inf"), stop.is_set), name="resonate-sweeper", daemon=True
+            ).start()
+            Deliverer(stop.is_set).start()
+        mode = "embedded: sweeping and delivering in this process" if embedded else "timeouts and delivery by Celery"
+        self.stdout.write(f"Resonate server on http://{host}:{port}/ ({mode})")
+        try:
+            uvicorn.run(
+                "resonate_site.asgi:application", host=host, port=port, workers=workers,
+                log_level=log_level, access_log=False, lifespan="off",
+            )
+        finally:
+            stop.set()

@@ -1,0 +1,73 @@
+"""Who delivers a committed message: a Celery worker (production) or this process's deliverer thread (embedded)."""
+
+import logging
+import queue
+import threading
+
+from django.db import close_old_connections, transaction
+
+from outbox.delivery import deliver, deliver_due
+from outbox.models import Pause
+from resonate_site.conf import resonate_settings
+
+log = logging.getLogger(__name__)
+
+_deliverer = None  # the embedded Deliverer, in the process that runs one
+
+
+def announce(key):
+    """Deliver the message with this key once the transaction that wrote it commits."""
+    transaction.on_commit(lambda: notify([key]), robust=True)
+
+
+def notify(keys):
+    if resonate_settings.BACKGROUND == "celery":
+        from outbox.tasks import deliver as deliver_task
+
+        deliver_task.delay(keys)
+    elif _deliverer is not None:
+        _deliverer.wake(keys)
+    # Otherwise nobody delivers in this process (tests, commands): the message waits in the outbox.
+
+
+class Deliverer(threading.Thread):
+    """Embedded mode: delivers announced messages at once, and everything due every DELIVERY_PASS_MS."""
+
+    def __init__(self, stopping):
+        super().__init__(name="resonate-deliverer", daemon=True)
+        self.stopping = stopping
+        self.keys = queue.SimpleQueue()
+
+    def start(self):
+        global _deliverer
+        _deliverer = self
+        super().start()
+
+    def wake(self, keys):
+        self.keys.put(keys)
+
+    def run(self):
+        period = resonate_settings.DELIVERY_PASS_MS / 1000
+        while not self.stopping():
+            try:
+                keys = self.keys.get(timeout=period)
+            except queue.Empty:
+                keys = None
+            try:
+                self.deliver(keys)
+            except Exception:
+                log.exception("delivery pass failed; trying again")
+
+    def deliver(self, keys):
+        close_old_connections()
+        if Pause.is_paused():
+            return
+        if keys is None:
+            deliver_due()
+            return
+        while True:  # take what else was announced meanwhile, in one go
+            try:
+                keys = keys + self.keys.get_nowait()
+            except queue.Empty:
+                break
+        deliver(keys, limit=len(keys))

@@ -1,0 +1,42 @@
+"""GET /poll/{group}/{id}: the Server-Sent Events stream that carries execute and unblock messages to a worker."""
+
+import asyncio
+
+from django.http import StreamingHttpResponse
+from django.views.decorators.http import require_GET
+
+from outbox.hub import hub
+from resonate_site.conf import resonate_settings
+
+KEEPALIVE = ":\n\n"
+
+
+@require_GET
+async def poll(request, group, id):
+    """Stream this worker's messages (decision D12); the stream ends after SSE_MAX_AGE_MS and the SDK reconnects."""
+    stream = await hub().register(group, id)
+    response = StreamingHttpResponse(events(stream), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies must not hold events back
+    return response
+
+
+async def events(stream):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + resonate_settings.SSE_MAX_AGE_MS / 1000
+    keepalive = resonate_settings.SSE_KEEPALIVE_MS / 1000
+    advertised = True
+    try:
+        yield KEEPALIVE  # the stream is open: clients see headers and a first line at once
+        while (left := deadline - loop.time()) > 0:
+            try:
+                yield await asyncio.wait_for(stream.queue.get(), timeout=min(keepalive, left))
+            except TimeoutError:
+                yield KEEPALIVE
+        await hub().unregister(stream)
+        advertised = False
+        while not stream.queue.empty():  # what was routed here before the stream stopped being advertised
+            yield stream.queue.get_nowait()
+    finally:
+        if advertised:
+            await hub().unregister(stream)

@@ -1,0 +1,72 @@
+"""Fixtures that start real servers: each test gets fresh processes and a fresh database."""
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+
+import dj_database_url
+import psycopg
+import pytest
+from django.conf import settings
+
+from tests.e2e.servers import ROOT, Process, free_port, wait_ready
+
+
+@dataclass
+class Server:
+    url: str
+    process: Process
+    env: dict
+
+
+@pytest.fixture
+def database_url(tmp_path):
+    """A new, migrated database of the backend this test run uses."""
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if "sqlite" in engine:
+        url = f"sqlite:///{tmp_path / 'e2e.sqlite3'}"
+        migrate(url)
+        yield url
+        return
+    name = f"resonate_e2e_{uuid.uuid4().hex[:12]}"
+    admin = dj_database_url.parse(os.environ["DATABASE_URL"])
+    dsn = f"host={admin['HOST']} port={admin['PORT']} user={admin['USER']} dbname=postgres"
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgres://{admin['USER']}@{admin['HOST']}:{admin['PORT']}/{name}"
+    migrate(url)
+    yield url
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def migrate(url):
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
+                   env={**os.environ, "DATABASE_URL": url})
+
+
+FAST = {  # short timers so the tests run in seconds
+    "RESONATE_RETRY_TIMEOUT_MS": "1000",
+    "RESONATE_SSE_MAX_AGE_MS": "4000",
+    "RESONATE_SSE_KEEPALIVE_MS": "1000",
+    "RESONATE_DELIVERY_BACKOFF_MS": "200",
+    "RESONATE_DELIVERY_PASS_MS": "200",
+}
+
+
+@pytest.fixture
+def embedded(database_url, tmp_path):
+    """`manage.py serve` in its embedded mode: one process that serves, sweeps and delivers."""
+    env = {**os.environ, **FAST, "DATABASE_URL": database_url, "RESONATE_BACKGROUND": "embedded",
+           "RESONATE_HUB_URL": "", "RESONATE_DEBUG": "false"}
+    port = free_port()
+    process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], env,
+                      tmp_path / "server.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process)
+        yield Server(url, process, env)
+    finally:
+        process.stop()
