@@ -3,6 +3,7 @@
 import logging
 import queue
 import threading
+import time
 
 from django.db import close_old_connections, transaction
 
@@ -48,23 +49,25 @@ class Deliverer(threading.Thread):
 
     def run(self):
         period = resonate_settings.DELIVERY_PASS_MS / 1000
+        next_pass = time.monotonic()
         while not self.stopping():
             try:
-                keys = self.keys.get(timeout=period)
+                keys = self.keys.get(timeout=max(0.0, next_pass - time.monotonic()))
             except queue.Empty:
-                keys = None
+                keys = []
             try:
-                self.deliver(keys)
+                close_old_connections()
+                if Pause.is_paused():
+                    continue
+                if keys:
+                    self.deliver_announced(keys)
+                if time.monotonic() >= next_pass:  # even while announcements keep coming
+                    deliver_due()
+                    next_pass = time.monotonic() + period
             except Exception:
-                log.exception("delivery pass failed; trying again")
+                log.exception("delivery failed; trying again")
 
-    def deliver(self, keys):
-        close_old_connections()
-        if Pause.is_paused():
-            return
-        if keys is None:
-            deliver_due()
-            return
+    def deliver_announced(self, keys):
         while True:  # take what else was announced meanwhile, in one go
             try:
                 keys = keys + self.keys.get_nowait()

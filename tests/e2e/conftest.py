@@ -21,12 +21,12 @@ class Server:
     env: dict
 
 
-@pytest.fixture
-def database_url(tmp_path):
+@pytest.fixture(scope="module")
+def database_url(tmp_path_factory):
     """A new, migrated database of the backend this test run uses."""
     engine = settings.DATABASES["default"]["ENGINE"]
     if "sqlite" in engine:
-        url = f"sqlite:///{tmp_path / 'e2e.sqlite3'}"
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'e2e.sqlite3'}"
         migrate(url)
         yield url
         return
@@ -56,17 +56,25 @@ FAST = {  # short timers so the tests run in seconds
 }
 
 
-@pytest.fixture
-def embedded(database_url, tmp_path):
+def start_embedded(env, log):
+    port = free_port()
+    process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], env, log)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, process)
+    return Server(url, process, env)
+
+
+@pytest.fixture(scope="module")
+def embedded(database_url, tmp_path_factory):
     """`manage.py serve` in its embedded mode: one process that serves, sweeps and delivers."""
     env = {**os.environ, **FAST, "DATABASE_URL": database_url, "RESONATE_BACKGROUND": "embedded",
            "RESONATE_HUB_URL": "", "RESONATE_DEBUG": "false"}
-    port = free_port()
-    process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], env,
-                      tmp_path / "server.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, process)
-        yield Server(url, process, env)
-    finally:
-        process.stop()
+    server = start_embedded(env, tmp_path_factory.mktemp("logs") / "server.log")
+    yield server
+    server.process.stop()
+
+
+@pytest.fixture
+def unique(request):
+    """A prefix for this test's ids and worker groups, so tests can share one server."""
+    return f"{request.node.name[5:40]}-{uuid.uuid4().hex[:6]}"

@@ -1,68 +1,177 @@
 """The embedded server by itself: timeouts fire, awaiters resume and messages reach workers over SSE."""
 
-from tests.e2e.servers import Client, Listener, now_ms
+import http.server
+import os
+import threading
 
-WORKERS = "poll://any@workers"
+import orjson
+
+from tests.e2e.conftest import FAST, start_embedded
+from tests.e2e.servers import Client, Listener, now_ms
 
 
 def callback(awaited, awaiter):
     return {"kind": "promise.register_callback", "head": {}, "data": {"awaited": awaited, "awaiter": awaiter}}
 
 
-def test_a_promise_that_times_out_unblocks_its_listener_and_resumes_its_awaiter(embedded):
-    rpc, worker = Client(embedded.url), Listener(embedded.url, "workers", "w1")
-    start = now_ms()
-    assert rpc("promise.create", {"id": "wf", "timeoutAt": start + 60_000, "tags": {"resonate:target": WORKERS}})[0] == 200
-    assert worker.next(kind="execute")["data"]["task"] == {"id": "wf", "version": 0}
-    assert rpc("task.acquire", {"id": "wf", "version": 0, "pid": "w1", "ttl": 30_000})[0] == 200
+def targeted(id, target, timeout_ms=60_000):
+    return {"id": id, "timeoutAt": now_ms() + timeout_ms, "tags": {"resonate:target": target}}
+
+
+def test_a_promise_that_times_out_unblocks_its_listener_and_resumes_its_awaiter(embedded, unique):
+    rpc, worker = Client(embedded.url), Listener(embedded.url, unique, "w1")
+    wf, child = f"{unique}.wf", f"{unique}.wf.1"
+    assert rpc("promise.create", targeted(wf, f"poll://any@{unique}"))[0] == 200
+    assert worker.next(kind="execute")["data"]["task"] == {"id": wf, "version": 0}
+    assert rpc("task.acquire", {"id": wf, "version": 0, "pid": "w1", "ttl": 30_000})[0] == 200
     deadline = now_ms() + 1500
-    assert rpc("promise.create", {"id": "wf.1", "timeoutAt": deadline, "tags": {"resonate:external": "true"}})[0] == 200
-    assert rpc("promise.register_listener", {"awaited": "wf.1", "address": "poll://uni@workers/w1"})[0] == 200
-    assert rpc("task.suspend", {"id": "wf", "version": 1, "actions": [callback("wf.1", "wf")]})[0] == 200
+    assert rpc("promise.create", {"id": child, "timeoutAt": deadline, "tags": {"resonate:external": "true"}})[0] == 200
+    assert rpc("promise.register_listener", {"awaited": child, "address": f"poll://uni@{unique}/w1"})[0] == 200
+    assert rpc("task.suspend", {"id": wf, "version": 1, "actions": [callback(child, wf)]})[0] == 200
 
     unblock = worker.next(kind="unblock", timeout=10)
     execute = worker.next(kind="execute", match=lambda e: e["data"]["task"]["version"] == 1, timeout=10)
 
-    assert unblock["data"]["promise"]["id"] == "wf.1"
+    assert unblock["data"]["promise"]["id"] == child
     assert unblock["data"]["promise"]["state"] == "rejected_timedout"
     assert unblock["data"]["promise"]["settledAt"] == deadline
     assert 0 <= unblock["received_at"] - deadline < 1000
-    assert execute["data"]["task"] == {"id": "wf", "version": 1}
+    assert execute["data"]["task"] == {"id": wf, "version": 1}
     assert execute["head"] == {"serverUrl": ""}
-    assert rpc("task.get", {"id": "wf"})[1]["task"]["state"] == "pending"
+    assert rpc("task.get", {"id": wf})[1]["task"]["state"] == "pending"
 
 
-def test_a_lapsed_lease_returns_the_task_and_its_execute_is_sent_again(embedded):
-    rpc, worker = Client(embedded.url), Listener(embedded.url, "workers", "w1")
-    rpc("promise.create", {"id": "job", "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": WORKERS}})
+def test_a_lapsed_lease_returns_the_task_and_its_execute_is_sent_again(embedded, unique):
+    rpc, worker = Client(embedded.url), Listener(embedded.url, unique, "w1")
+    rpc("promise.create", targeted(unique, f"poll://any@{unique}"))
     worker.next(kind="execute")
-    assert rpc("task.acquire", {"id": "job", "version": 0, "pid": "w1", "ttl": 1000})[0] == 200
+    assert rpc("task.acquire", {"id": unique, "version": 0, "pid": "w1", "ttl": 1000})[0] == 200
     worker.drain()
 
     again = worker.next(kind="execute", timeout=10)
 
-    assert again["data"]["task"] == {"id": "job", "version": 1}
-    assert rpc("task.get", {"id": "job"})[1]["task"]["state"] == "pending"
-    assert rpc("task.acquire", {"id": "job", "version": 1, "pid": "w2", "ttl": 60_000})[0] == 200
+    assert again["data"]["task"] == {"id": unique, "version": 1}
+    assert rpc("task.get", {"id": unique})[1]["task"]["state"] == "pending"
+    assert rpc("task.acquire", {"id": unique, "version": 1, "pid": "w2", "ttl": 60_000})[0] == 200
 
 
-def test_a_pending_task_gets_its_execute_again_every_retry_timeout(embedded):
-    rpc, worker = Client(embedded.url), Listener(embedded.url, "workers", "w1")
-    rpc("promise.create", {"id": "job", "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": WORKERS}})
+def test_a_pending_task_gets_its_execute_again_every_retry_timeout(embedded, unique):
+    rpc, worker = Client(embedded.url), Listener(embedded.url, unique, "w1")
+    rpc("promise.create", targeted(unique, f"poll://any@{unique}"))
     first = worker.next(kind="execute")
     second = worker.next(kind="execute", timeout=5)
     third = worker.next(kind="execute", timeout=5)
-    assert first["data"] == second["data"] == third["data"] == {"task": {"id": "job", "version": 0}}
+    assert first["data"] == second["data"] == third["data"] == {"task": {"id": unique, "version": 0}}
     assert 700 <= third["received_at"] - second["received_at"] <= 2000
 
 
-def test_a_schedule_with_a_seconds_cron_fires_every_second(embedded):
-    rpc, worker = Client(embedded.url), Listener(embedded.url, "workers", "w1")
-    schedule = {"id": "tick", "cron": "* * * * * *", "promiseId": "tick.{{.timestamp}}", "promiseTimeout": 60_000,
-                "promiseTags": {"resonate:target": WORKERS}}
+def test_a_schedule_with_a_seconds_cron_fires_every_second(embedded, unique):
+    rpc, worker = Client(embedded.url), Listener(embedded.url, unique, "w1")
+    schedule = {"id": unique, "cron": "* * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 60_000,
+                "promiseTags": {"resonate:target": f"poll://any@{unique}"}}
     assert rpc("schedule.create", schedule)[0] == 200
     ids = set()
     while len(ids) < 3:  # retries re-send executes too; count distinct occurrences
         ids.add(worker.next(kind="execute", timeout=5)["data"]["task"]["id"])
-    assert all(id.startswith("tick.") and int(id[5:]) % 1000 == 0 for id in ids)
-    assert rpc("schedule.get", {"id": "tick"})[1]["schedule"]["lastRunAt"] >= max(int(id[5:]) for id in ids)
+    times = sorted(int(id.rsplit(".", 1)[1]) for id in ids)
+    assert all(t % 1000 == 0 for t in times)
+    assert rpc("schedule.get", {"id": unique})[1]["schedule"]["lastRunAt"] >= times[-1]
+    assert rpc("schedule.delete", {"id": unique})[0] == 200
+
+
+def test_anycast_spreads_over_the_group_and_unicast_reaches_only_its_id(embedded, unique):
+    rpc = Client(embedded.url)
+    workers = {id: Listener(embedded.url, unique, id) for id in ("a", "b", "c")}
+    for n in range(30):
+        rpc("promise.create", targeted(f"{unique}-any-{n}", f"poll://any@{unique}"))
+    got = {id: {e["data"]["task"]["id"] for e in drained(w, 30)} for id, w in workers.items()}
+    assert set().union(*got.values()) == {f"{unique}-any-{n}" for n in range(30)}
+    assert sum(1 for ids in got.values() if ids) >= 2, got  # random choice: all on one stream is 3^-29
+
+    for n in range(5):
+        rpc("promise.create", targeted(f"{unique}-uni-{n}", f"poll://uni@{unique}/b"))
+    for id, worker in workers.items():  # (retries of the anycast tasks keep arriving too; ignore them)
+        ids = {e["data"]["task"]["id"] for e in drained(worker, 5 if id == "b" else 0)} - got[id]
+        assert ids == ({f"{unique}-uni-{n}" for n in range(5)} if id == "b" else set())
+
+
+def drained(worker, expected, settle_s=1.5):
+    """Events until `expected` distinct tasks arrived (re-sends included), then what else arrives briefly."""
+    events = []
+    while len({e["data"]["task"]["id"] for e in events}) < expected:
+        events.append(worker.next(kind="execute", timeout=10))
+    deadline = now_ms() + settle_s * 1000
+    while now_ms() < deadline:
+        events += worker.drain()
+    return [e for e in events if e["kind"] == "execute" and e["data"]["task"]["version"] == 0]
+
+
+def test_a_stream_ends_after_its_maximum_age_and_the_worker_reconnects(embedded, unique):
+    rpc, worker = Client(embedded.url), Listener(embedded.url, unique, "w1")  # streams last 4 s here
+    started = now_ms()
+    while worker.connects < 2:
+        assert now_ms() - started < 10_000, "the stream did not end"
+        threading.Event().wait(0.2)
+    assert now_ms() - started >= 3000
+    rpc("promise.create", targeted(unique, f"poll://any@{unique}"))
+    assert worker.next(kind="execute")["data"]["task"]["id"] == unique
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """A push endpoint that fails with 500 a set number of times, then accepts."""
+
+    failures = 0
+    received = []
+
+    def do_POST(self):
+        body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Receiver.received.append(body)
+        status = 500 if len(Receiver.received) <= Receiver.failures else 200
+        self.send_response(status)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_http_push_is_retried_after_a_500_and_delivered_once_after_a_2xx(embedded, unique):
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    Receiver.failures, Receiver.received = 2, []
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        rpc = Client(embedded.url)
+        address = f"http://127.0.0.1:{receiver.server_port}/hook"
+        rpc("promise.create", {"id": unique, "timeoutAt": now_ms() + 60_000})
+        rpc("promise.register_listener", {"awaited": unique, "address": address})
+        rpc("promise.settle", {"id": unique, "state": "resolved", "value": {"data": "NDI="}})
+        started = now_ms()
+        while len(Receiver.received) < 3 and now_ms() - started < 10_000:
+            threading.Event().wait(0.1)
+        threading.Event().wait(1.5)  # time for a wrong extra delivery to show
+    finally:
+        receiver.shutdown()
+    assert len(Receiver.received) == 3  # two 500s, then one 2xx, then nothing
+    assert all(body["kind"] == "unblock" for body in Receiver.received)
+    assert Receiver.received[-1]["data"]["promise"]["value"] == {"data": "NDI="}
+
+
+def test_a_server_that_was_down_catches_up_every_missed_occurrence(database_url, tmp_path, unique):
+    env = {**os.environ, **FAST, "DATABASE_URL": database_url, "RESONATE_BACKGROUND": "embedded",
+           "RESONATE_HUB_URL": "", "RESONATE_DEBUG": "false"}
+    first = start_embedded(env, tmp_path / "first.log")
+    schedule = {"id": unique, "cron": "* * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 0}
+    Client(first.url)("schedule.create", schedule)
+    first.process.stop()
+    down_from = now_ms()
+    threading.Event().wait(4)
+    second = start_embedded(env, tmp_path / "second.log")
+    try:
+        rpc = Client(second.url)
+        threading.Event().wait(1.5)
+        found = rpc("promise.search", {"tags": {}, "limit": 1000})[1]["promises"]
+        times = sorted(int(p["id"].rsplit(".", 1)[1]) for p in found if p["id"].startswith(f"{unique}."))
+        missed = [t for t in times if t > down_from]
+        assert len(missed) >= 4 and all(b - a == 1000 for a, b in zip(times, times[1:], strict=False))
+        assert all(p["state"] == "rejected_timedout" for p in found if p["id"].startswith(f"{unique}."))
+    finally:
+        second.process.stop()
