@@ -27,6 +27,7 @@ class Outcome(Enum):
     DELIVERED = "delivered"
     DROPPED = "dropped"  # nobody to deliver to; execute is re-sent by the task's timers
     RETRY = "retry"
+    UNREACHED = "unreached"  # no stream connected right now: retried briefly, then dropped
 
 
 def deliver(keys=None, limit=BATCH):
@@ -65,7 +66,7 @@ def send(message):
     if parse_poll_address(message.address) is not None:
         if hub().publish(message.address, body):
             return Outcome.DELIVERED, ""
-        return Outcome.DROPPED, "no live poll connection for this address"
+        return Outcome.UNREACHED, "no live poll connection for this address"
     if message.address.startswith(("http://", "https://")):
         return push(message.address, body)
     return Outcome.DROPPED, f"no transport for address {message.address!r}"
@@ -89,7 +90,9 @@ def record(message, outcome, detail, now):
     )
     if outcome is Outcome.DELIVERED:
         same.update(state=DeliveryState.DELIVERED, delivered_at=now, last_error="")
-    elif outcome is Outcome.DROPPED:
+    elif outcome is Outcome.DROPPED or (
+        outcome is Outcome.UNREACHED and message.attempts >= resonate_settings.POLL_ATTEMPTS
+    ):
         same.update(state=DeliveryState.DROPPED, last_error=detail)
     elif message.attempts >= resonate_settings.DELIVERY_ATTEMPTS:
         same.update(state=DeliveryState.FAILED, last_error=detail)

@@ -15,13 +15,14 @@ DEFAULTS = {
     "DB_RETRIES": 10,  # attempts of a request that loses a race (deadlock, duplicate create) before a 503
     # Background work: "embedded" (threads in the `serve` process) or "celery" (Celery workers and Beat)
     "BACKGROUND": "embedded",
-    "SWEEP_PERIOD_MS": 2000,  # Celery Beat starts a sweep this often; each sweeps until the next one starts
+    "SWEEP_PERIOD_MS": 2000,  # Celery Beat starts a sweep this often (whole seconds); each sweeps until the next
     "SWEEP_IDLE_MS": 50,  # longest sleep between looks for due timeouts (bounds lateness of new timers)
     "SWEEP_BATCH": 100,  # timeouts fired per transaction by the background sweep
     # Delivery of execute/unblock messages
     "HUB_URL": "",  # where SSE streams meet deliverers across processes: "" = in memory, or redis://…
-    "DELIVERY_PASS_MS": 1000,  # how often undelivered and retry-due messages are looked at again
+    "DELIVERY_PASS_MS": 1000,  # how often undelivered and retry-due messages are looked at again (Beat: whole s)
     "DELIVERY_ATTEMPTS": 8,  # HTTP push attempts before a message is marked failed (D13)
+    "POLL_ATTEMPTS": 3,  # poll:// attempts while no stream is connected (a worker reconnecting) before dropping
     "DELIVERY_BACKOFF_MS": 1000,  # first retry delay of an HTTP push; doubles per attempt
     "DELIVERY_BACKOFF_MAX_MS": 60000,
     "PUSH_TIMEOUT_MS": 10000,  # one HTTP push attempt
@@ -31,7 +32,7 @@ DEFAULTS = {
 
 CHOICES = {"BACKGROUND": {"embedded", "celery"}}
 POSITIVE = {"RETRY_TIMEOUT_MS", "MAX_BODY_BYTES", "DB_RETRIES", "SWEEP_PERIOD_MS", "SWEEP_IDLE_MS", "SWEEP_BATCH",
-            "DELIVERY_PASS_MS", "DELIVERY_ATTEMPTS", "DELIVERY_BACKOFF_MS", "DELIVERY_BACKOFF_MAX_MS",
+            "DELIVERY_PASS_MS", "DELIVERY_ATTEMPTS", "POLL_ATTEMPTS", "DELIVERY_BACKOFF_MS", "DELIVERY_BACKOFF_MAX_MS",
             "PUSH_TIMEOUT_MS", "SSE_MAX_AGE_MS", "SSE_KEEPALIVE_MS"}
 
 
@@ -56,6 +57,11 @@ def from_environment(environ=os.environ):
             except ValueError:
                 overrides[name] = environ[variable]  # reported by the system check below
     return overrides
+
+
+def beat_seconds(ms):
+    """A period for Celery Beat: django-celery-beat keeps intervals in whole seconds, never below one."""
+    return max(1, round(ms / 1000))
 
 
 class ResonateSettings:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from resonate_site.conf import from_environment
+from resonate_site.conf import beat_seconds, from_environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -123,9 +123,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "schedules.tasks.sweep", "schedule": RESONATE.get("SWEEP_PERIOD_MS", 2000) / 1000},
-    "deliver": {"task": "outbox.tasks.deliver_due", "schedule": RESONATE.get("DELIVERY_PASS_MS", 1000) / 1000},
+    "sweep": {"task": "schedules.tasks.sweep", "schedule": beat_seconds(RESONATE.get("SWEEP_PERIOD_MS", 2000))},
+    "deliver": {"task": "outbox.tasks.deliver_due", "schedule": beat_seconds(RESONATE.get("DELIVERY_PASS_MS", 1000))},
 }
 
 LOGGING = {

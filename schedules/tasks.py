@@ -2,11 +2,11 @@
 
 from celery import shared_task
 
-from resonate_site.conf import resonate_settings
+from resonate_site.conf import beat_seconds, resonate_settings
 from schedules.sweeper import keep_sweeping
 
 
 @shared_task(ignore_result=True)
 def sweep():
-    """Started by Beat every SWEEP_PERIOD_MS; sweeps until the next one starts, so timers fire on time."""
-    return keep_sweeping(resonate_settings.SWEEP_PERIOD_MS / 1000)
+    """Started by Beat every SWEEP_PERIOD_MS (whole seconds); sweeps until the next one starts."""
+    return keep_sweeping(beat_seconds(resonate_settings.SWEEP_PERIOD_MS))

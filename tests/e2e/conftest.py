@@ -78,3 +78,61 @@ def embedded(database_url, tmp_path_factory):
 def unique(request):
     """A prefix for this test's ids and worker groups, so tests can share one server."""
     return f"{request.node.name[5:40]}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def production(database_url, tmp_path_factory):
+    """Production mode: two server processes, a Celery worker and Celery Beat, PostgreSQL and Redis."""
+    import redis
+
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+        pytest.skip("production mode runs on PostgreSQL; it is tested in the PostgreSQL pass")
+    redis_db = 7
+    redis.Redis(db=redis_db).flushdb()
+    env = {
+        **os.environ, **FAST,
+        "DATABASE_URL": database_url,
+        "RESONATE_BACKGROUND": "celery",
+        "RESONATE_HUB_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "RESONATE_SWEEP_PERIOD_MS": "1000",
+        "RESONATE_PUSH_TIMEOUT_MS": "2000",
+        "RESONATE_DEBUG": "false",
+    }
+    logs = tmp_path_factory.mktemp("production")
+    cluster = Cluster(env, logs)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class Cluster:
+    """The processes of a production deployment, each startable and killable on its own."""
+
+    def __init__(self, env, logs):
+        self.env, self.logs = env, logs
+        self.servers, self.worker, self.beat = [], None, None
+
+    def start(self):
+        for n in range(2):
+            port = free_port()
+            process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], self.env,
+                              self.logs / f"server-{n}.log")
+            self.servers.append(Server(f"http://127.0.0.1:{port}", process, self.env))
+        for server in self.servers:
+            wait_ready(server.url, server.process)
+        self.start_worker()
+        self.beat = Process(["-m", "celery", "-A", "resonate_site", "beat", "--loglevel", "warning",
+                             "--schedule", str(self.logs / "beat-schedule")], self.env, self.logs / "beat.log")
+
+    def start_worker(self):
+        self.worker = Process(["-m", "celery", "-A", "resonate_site", "worker", "--concurrency", "2",
+                               "--loglevel", "warning", "--without-gossip", "--without-mingle"],
+                              self.env, self.logs / f"worker-{len(list(self.logs.glob('worker-*')))}.log")
+
+    def stop(self):
+        for process in [self.beat, self.worker, *(s.process for s in self.servers)]:
+            if process is not None:
+                process.stop()

@@ -1,0 +1,73 @@
+"""Production mode: several server processes, the sweep and delivery in Celery, streams meeting in Redis."""
+
+import signal
+import threading
+
+from tests.e2e.servers import Client, Listener, now_ms
+
+
+def callback(awaited, awaiter):
+    return {"kind": "promise.register_callback", "head": {}, "data": {"awaited": awaited, "awaiter": awaiter}}
+
+
+def test_a_timeout_fired_by_celery_reaches_a_listener_on_another_server_process(production, unique):
+    a, b = production.servers
+    rpc, worker = Client(b.url), Listener(a.url, unique, "w1")  # the stream on A, requests to B
+    wf, child = f"{unique}.wf", f"{unique}.wf.1"
+    rpc("promise.create", {"id": wf, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}})
+    assert worker.next(kind="execute", timeout=20)["data"]["task"] == {"id": wf, "version": 0}
+    assert rpc("task.acquire", {"id": wf, "version": 0, "pid": "w1", "ttl": 30_000})[0] == 200
+    deadline = now_ms() + 2000
+    rpc("promise.create", {"id": child, "timeoutAt": deadline, "tags": {"resonate:timer": "true"}})
+    rpc("promise.register_listener", {"awaited": child, "address": f"poll://uni@{unique}/w1"})
+    assert rpc("task.suspend", {"id": wf, "version": 1, "actions": [callback(child, wf)]})[0] == 200
+
+    unblock = worker.next(kind="unblock", timeout=15)
+    execute = worker.next(kind="execute", match=lambda e: e["data"]["task"]["version"] == 1, timeout=15)
+
+    assert unblock["data"]["promise"]["state"] == "resolved" and unblock["data"]["promise"]["settledAt"] == deadline
+    assert unblock["received_at"] - deadline < 1500
+    assert execute["data"]["task"] == {"id": wf, "version": 1}
+    assert Client(a.url)("task.get", {"id": wf})[1]["task"]["state"] == "pending"
+
+
+def test_killing_the_celery_worker_mid_sweep_loses_no_timeout_and_no_message(production, unique):
+    a, b = production.servers
+    rpc, listener = Client(a.url), Listener(b.url, unique, "l")
+    deadline = now_ms() + 8000
+    ids = [f"{unique}-{n}" for n in range(150)]
+    for id in ids:
+        rpc("promise.create", {"id": id, "timeoutAt": deadline, "tags": {"resonate:external": "true"}})
+        rpc("promise.register_listener", {"awaited": id, "address": f"poll://uni@{unique}/l"})
+    assert now_ms() < deadline - 500, "listeners must be registered before the deadline (P-05)"
+    while now_ms() < deadline + 30:
+        threading.Event().wait(0.005)
+    production.worker.kill(signal.SIGKILL)  # in the middle of sweeping and delivering these
+    production.start_worker()
+
+    seen = set()
+    while len(seen) < len(ids):
+        seen.add(listener.next(kind="unblock", timeout=30)["data"]["promise"]["id"])
+
+    assert seen == set(ids)
+    found = rpc("promise.search", {"tags": {"resonate:external": "true"}, "limit": 1000})[1]["promises"]
+    states = {p["id"]: p for p in found}
+    assert all(states[id]["state"] == "rejected_timedout" and states[id]["settledAt"] == deadline for id in ids)
+
+
+def test_anycast_reaches_streams_held_by_either_server_process(production, unique):
+    a, b = production.servers
+    rpc = Client(a.url)
+    on_a, on_b = Listener(a.url, unique, "a"), Listener(b.url, unique, "b")
+    ids = {f"{unique}-{n}" for n in range(20)}
+    for id in ids:
+        rpc("promise.create", {"id": id, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}})
+    got, started = {}, now_ms()
+    while set(got) < ids:
+        assert now_ms() - started < 20_000, f"executes missing: {ids - set(got)}"
+        for name, listener in (("a", on_a), ("b", on_b)):
+            for event in listener.drain():
+                if event["kind"] == "execute" and event["data"]["task"]["version"] == 0:
+                    got.setdefault(event["data"]["task"]["id"], set()).add(name)
+        threading.Event().wait(0.1)
+    assert set().union(*got.values()) == {"a", "b"}  # both processes' streams took work (2^-19 to fail by chance)
