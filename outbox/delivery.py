@@ -1,19 +1,22 @@
 """Delivering outbox messages: poll:// to SSE streams through the hub, http(s):// by POST with retries.
 
 A deliverer claims due messages (SKIP LOCKED, so deliverers share the work), counts the attempt and
-pushes the next attempt time out by a lease, commits, sends, and records the outcome only if the
+pushes the next attempt time out by a lease, commits, sends, and records each outcome only if the
 message is still the one it claimed (setMessage may have replaced it meanwhile). A deliverer that
-dies between claim and record leaves the message pending; it is sent again once the lease lapses.
+dies between claim and record leaves its messages pending; they are sent again once the lease lapses.
+Each step handles a whole batch: one statement to claim, one round trip to route poll messages, one
+pipelined statement to record.
 """
 
 import logging
 from enum import Enum
 
 import httpx
-from django.db.models import Q
+from django.db import connection
 
 from outbox.hub import hub, parse_poll_address
 from outbox.models import DeliveryState, Message
+from promises import rows
 from promises.transactions import run_atomically
 from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
@@ -21,6 +24,7 @@ from resonate_site.conf import resonate_settings
 log = logging.getLogger(__name__)
 
 BATCH = 100
+TABLE = rows.quote(Message._meta.db_table)
 
 
 class Outcome(Enum):
@@ -33,9 +37,9 @@ class Outcome(Enum):
 def deliver(keys=None, limit=BATCH):
     """Send due messages (only those with `keys` if given); how many were claimed."""
     claimed = run_atomically(claim, keys, now_ms(), limit)
-    for message in claimed:
-        outcome, detail = send(message)
-        run_atomically(record, message, outcome, detail, now_ms())
+    if claimed:
+        outcomes = send_all(claimed)
+        run_atomically(record, claimed, outcomes, now_ms())
     return len(claimed)
 
 
@@ -48,28 +52,34 @@ def deliver_due():
 
 
 def claim(keys, now, limit):
-    due = Message.objects.filter(state=DeliveryState.PENDING, next_attempt_at__lte=now)
-    if keys is not None:
-        due = due.filter(key__in=keys)
-    messages = list(due.order_by("next_attempt_at", "id").select_for_update(skip_locked=True)[:limit])
+    """Take up to `limit` due messages: count the attempt, and hold them for a lease."""
     lease = resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
-    for message in messages:
-        message.attempts += 1
-        message.next_attempt_at = now + lease
-    Message.objects.bulk_update(messages, ["attempts", "next_attempt_at"])
-    return messages
+    which = f' AND "key" IN ({rows.placeholders(keys)})' if keys else ""
+    lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    return rows.fetch_sql(
+        Message,
+        f'UPDATE {TABLE} SET "attempts" = "attempts" + 1, "next_attempt_at" = %s WHERE "id" IN ('
+        f'SELECT "id" FROM {TABLE} WHERE "state" = %s AND "next_attempt_at" <= %s{which}'
+        f' ORDER BY "next_attempt_at", "id" LIMIT %s{lock}) RETURNING {rows.columns(Message)}',
+        [now + lease, DeliveryState.PENDING, now, *(keys or []), limit],
+    )
 
 
-def send(message):
-    """Try the message's transport once: (outcome, detail)."""
-    body = message.body(server_url=resonate_settings.SERVER_URL)
-    if parse_poll_address(message.address) is not None:
-        if hub().publish(message.address, body):
-            return Outcome.DELIVERED, ""
-        return Outcome.UNREACHED, "no live poll connection for this address"
-    if message.address.startswith(("http://", "https://")):
-        return push(message.address, body)
-    return Outcome.DROPPED, f"no transport for address {message.address!r}"
+def send_all(messages):
+    """Try each message's transport once: [(outcome, detail)] in the same order."""
+    server_url = resonate_settings.SERVER_URL
+    outcomes = [None] * len(messages)
+    polled = [n for n, m in enumerate(messages) if parse_poll_address(m.address) is not None]
+    taken = hub().publish_all([(messages[n].address, messages[n].body(server_url)) for n in polled]) if polled else []
+    for n, ok in zip(polled, taken, strict=True):
+        outcomes[n] = (Outcome.DELIVERED, "") if ok else (Outcome.UNREACHED, "no live poll connection for this address")
+    for n, message in enumerate(messages):
+        if outcomes[n] is None:
+            if message.address.startswith(("http://", "https://")):
+                outcomes[n] = push(message.address, message.body(server_url))
+            else:
+                outcomes[n] = (Outcome.DROPPED, f"no transport for address {message.address!r}")
+    return outcomes
 
 
 def push(url, body):
@@ -83,23 +93,33 @@ def push(url, body):
     return Outcome.RETRY, f"HTTP {response.status_code}"
 
 
-def record(message, outcome, detail, now):
-    """Store the outcome, unless the message was replaced (or settled by another deliverer) meanwhile."""
-    same = Message.objects.filter(
-        Q(pk=message.pk, attempts=message.attempts, created_at=message.created_at, state=DeliveryState.PENDING)
-    )
+def record(messages, outcomes, now):
+    """Store each outcome, unless the message was replaced (or finished by another deliverer) meanwhile."""
+    updates = []
+    for message, (outcome, detail) in zip(messages, outcomes, strict=True):
+        state, next_attempt, delivered_at = settled_as(message, outcome, now)
+        updates.append([state, next_attempt, delivered_at, detail,
+                        message.pk, message.attempts, message.created_at, DeliveryState.PENDING])
+        if outcome is not Outcome.DELIVERED:
+            log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f'UPDATE {TABLE} SET "state" = %s, "next_attempt_at" = %s, "delivered_at" = %s, "last_error" = %s'
+            ' WHERE "id" = %s AND "attempts" = %s AND "created_at" = %s AND "state" = %s',
+            updates,
+        )
+
+
+def settled_as(message, outcome, now):
+    """(state, next attempt time, delivered at) after an attempt with this outcome."""
     if outcome is Outcome.DELIVERED:
-        same.update(state=DeliveryState.DELIVERED, delivered_at=now, last_error="")
-    elif outcome is Outcome.DROPPED or (
-        outcome is Outcome.UNREACHED and message.attempts >= resonate_settings.POLL_ATTEMPTS
-    ):
-        same.update(state=DeliveryState.DROPPED, last_error=detail)
-    elif message.attempts >= resonate_settings.DELIVERY_ATTEMPTS:
-        same.update(state=DeliveryState.FAILED, last_error=detail)
-    else:
-        same.update(next_attempt_at=now + backoff(message.attempts), last_error=detail)
-    if outcome is not Outcome.DELIVERED:
-        log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
+        return DeliveryState.DELIVERED, message.next_attempt_at, now
+    unreachable = outcome is Outcome.UNREACHED and message.attempts >= resonate_settings.POLL_ATTEMPTS
+    if outcome is Outcome.DROPPED or unreachable:
+        return DeliveryState.DROPPED, message.next_attempt_at, None
+    if message.attempts >= resonate_settings.DELIVERY_ATTEMPTS:
+        return DeliveryState.FAILED, message.next_attempt_at, None
+    return DeliveryState.PENDING, now + backoff(message.attempts), None
 
 
 def backoff(attempts):

@@ -17,8 +17,27 @@ _deliverer = None  # the embedded Deliverer, in the process that runs one
 
 
 def announce(key):
-    """Deliver the message with this key once the transaction that wrote it commits."""
-    transaction.on_commit(lambda: notify([key]), robust=True)
+    """Deliver the message with this key once the transaction that wrote it commits.
+
+    The keys of one transaction go out together: one notification (one Celery task) per commit.
+    """
+    connection = transaction.get_connection()
+    pending = getattr(connection, "_announced", None)
+    if pending is None or not any(callback is pending for _, callback, _ in connection.run_on_commit):
+        pending = Announcement()  # the first of this transaction (or the last one's callback was rolled back)
+        connection._announced = pending
+        transaction.on_commit(pending, robust=True)
+    pending.keys.append(key)
+
+
+class Announcement:
+    """The keys a transaction wrote; called on commit, it notifies the deliverer of all of them."""
+
+    def __init__(self):
+        self.keys = []
+
+    def __call__(self):
+        notify(self.keys)
 
 
 def notify(keys):

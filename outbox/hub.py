@@ -99,14 +99,21 @@ class MemoryHub:
 
     def publish(self, address, message):
         """Route the message to one stream; whether one took it."""
-        cast, group, id = parse_poll_address(address)
+        return self.publish_all([(address, message)])[0]
+
+    def publish_all(self, messages):
+        """publish for several (address, message) pairs; whether each was taken."""
         with self.lock:
-            streams = dict(self.streams.get(group, {}))
-        chosen = choose(cast, id, [Member(s.key, s.id, s.sequence) for s in streams.values()])
-        if chosen is None:
-            return False
-        streams[chosen.key].offer(sse_event(message))
-        return True
+            groups = {group: dict(streams) for group, streams in self.streams.items()}
+        taken = []
+        for address, message in messages:
+            cast, group, id = parse_poll_address(address)
+            streams = groups.get(group, {})
+            chosen = choose(cast, id, [Member(s.key, s.id, s.sequence) for s in streams.values()])
+            if chosen is not None:
+                streams[chosen.key].offer(sse_event(message))
+            taken.append(chosen is not None)
+        return taken
 
 
 class RedisHub:
@@ -195,28 +202,58 @@ class RedisHub:
     # deliverer side (any thread, synchronous)
 
     def publish(self, address, message):
+        return self.publish_all([(address, message)])[0]
+
+    def publish_all(self, messages):
+        """publish for several (address, message) pairs, a round trip per round: whether each was taken.
+
+        Each group's streams are read once; every message is routed and all are published in one
+        pipeline. A message whose process no longer listens (PUBLISH reached nobody) goes round again
+        to another stream, with that one struck from the group.
+        """
         import redis
 
         if self._sync is None:
             self._sync = redis.Redis.from_url(self.url)
-        cast, group, id = parse_poll_address(address)
-        key = self.group_key(group)
-        now = time.time() * 1000
-        self._sync.zremrangebyscore(key, "-inf", now)
-        members = {}
-        for raw in self._sync.zrangebyscore(key, now, "+inf"):
-            channel, stream, stream_id, sequence = json.loads(raw)
-            members[stream] = (Member(stream, stream_id, sequence), channel, raw)
-        event = sse_event(message)
-        while members:
-            chosen = choose(cast, id, [m for m, _, _ in members.values()])
-            if chosen is None:
-                return False
-            _, channel, raw = members.pop(chosen.key)
-            if self._sync.publish(channel, json.dumps({"stream": chosen.key, "event": event})):
-                return True
-            self._sync.zrem(key, raw)  # nobody listens on that channel any more
-        return False
+        routes = [parse_poll_address(address) for address, _ in messages]
+        members = self._members({group for _, group, _ in routes})
+        taken = [False] * len(messages)
+        waiting = list(range(len(messages)))
+        while waiting:
+            sends = []  # (message index, group, member)
+            for n in waiting:
+                cast, group, id = routes[n]
+                chosen = choose(cast, id, [m for m, _, _ in members[group].values()])
+                if chosen is not None:
+                    sends.append((n, group, members[group][chosen.key]))
+            pipe = self._sync.pipeline(transaction=False)
+            for n, _, (member, channel, _) in sends:
+                pipe.publish(channel, json.dumps({"stream": member.key, "event": sse_event(messages[n][1])}))
+            waiting = []
+            for (n, group, (member, _, raw)), heard in zip(sends, pipe.execute(), strict=True):
+                if heard:
+                    taken[n] = True
+                else:
+                    members[group].pop(member.key, None)
+                    self._sync.zrem(self.group_key(group), raw)
+                    waiting.append(n)
+        return taken
+
+    def _members(self, groups):
+        """{group: {stream key: (Member, process channel, raw entry)}} of the live streams of these groups."""
+        now, groups = time.time() * 1000, list(groups)
+        pipe = self._sync.pipeline(transaction=False)
+        for group in groups:
+            pipe.zremrangebyscore(self.group_key(group), "-inf", now)
+            pipe.zrangebyscore(self.group_key(group), now, "+inf")
+        replies = pipe.execute()
+        found = {}
+        for group, raws in zip(groups, replies[1::2], strict=True):
+            found[group] = {}
+            for raw in raws:
+                channel, stream, stream_id, sequence = json.loads(raw)
+                found[group][stream] = (Member(stream, stream_id, sequence), channel, raw)
+        return found
 
 
 _hub = None

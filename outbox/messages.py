@@ -10,5 +10,9 @@ def set_execute(address, task, now):
     announce(Message.objects.set_message(MessageKind.EXECUTE, task.id, address, data, now))
 
 
-def set_unblock(address, record, now):
-    announce(Message.objects.set_message(MessageKind.UNBLOCK, record["id"], address, {"promise": record}, now))
+def set_unblocks(unblocks, now):
+    """unblock(record) to each address, for (address, promise record) pairs: one statement for all."""
+    for key in Message.objects.set_messages(
+        [(MessageKind.UNBLOCK, record["id"], address, {"promise": record}) for address, record in unblocks], now
+    ):
+        announce(key)

@@ -41,13 +41,22 @@ class MessageQuerySet(models.QuerySet):
         return self.filter(state=DeliveryState.PENDING)
 
     def set_message(self, kind, subject, address, data, now):
-        """Insert or replace the message with this key, ready to be delivered again."""
-        message = Message(
-            key=message_key(kind, subject, address), kind=kind, subject=subject,
-            address=address, data=data, created_at=now, next_attempt_at=now,
+        """Insert or replace the message with this key, ready to be delivered again; its key."""
+        return self.set_messages([(kind, subject, address, data)], now)[0]
+
+    def set_messages(self, messages, now):
+        """set_message for several (kind, subject, address, data) with distinct keys; their keys."""
+        rows.insert_all(
+            [
+                Message(
+                    key=message_key(kind, subject, address), kind=kind, subject=subject,
+                    address=address, data=data, created_at=now, next_attempt_at=now,
+                )
+                for kind, subject, address, data in messages
+            ],
+            on_conflict=("key", REPLACED_ON_SET),
         )
-        rows.insert(message, on_conflict=("key", REPLACED_ON_SET))
-        return message.key
+        return [message_key(kind, subject, address) for kind, subject, address, _ in messages]
 
 
 class Message(models.Model):

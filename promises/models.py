@@ -164,18 +164,35 @@ class Callback(models.Model):
         rows.insert(cls(awaited_id=awaited_id, awaiter_id=awaiter_id), on_conflict="nothing")
 
     @classmethod
-    def take_awaiters(cls, awaited_id):
-        """Remove the promise's callbacks; the ids of its awaiters, in registration order."""
-        table = rows.quote(cls._meta.db_table)
-        awaiters = rows.execute(f'SELECT "awaiter_id" FROM {table} WHERE "awaited_id" = %s ORDER BY "id"', [awaited_id])
-        if awaiters:
-            rows.execute(f'DELETE FROM {table} WHERE "awaited_id" = %s', [awaited_id])
-        return [awaiter for (awaiter,) in awaiters]
+    def take_awaiters(cls, awaited_ids):
+        """Remove the callbacks of these promises; {awaited id: [awaiter ids, in registration order]}."""
+        if not awaited_ids:
+            return {}
+        found = rows.execute(
+            f'DELETE FROM {rows.quote(cls._meta.db_table)} WHERE "awaited_id" IN ({rows.placeholders(awaited_ids)})'
+            ' RETURNING "id", "awaited_id", "awaiter_id"',
+            list(awaited_ids),
+        )
+        awaiters = {}
+        for _, awaited, awaiter in sorted(found):
+            awaiters.setdefault(awaited, []).append(awaiter)
+        return awaiters
 
     @classmethod
-    def scrub(cls, awaiter_id):
-        """The settlement scrub: a settled promise is removed as an awaiter from every promise it waited on."""
-        rows.execute(f'DELETE FROM {rows.quote(cls._meta.db_table)} WHERE "awaiter_id" = %s', [awaiter_id])
+    def scrub(cls, awaiter_ids):
+        """The settlement scrub: settled promises are removed as awaiters from every promise they waited on."""
+        if awaiter_ids:
+            table, where = rows.quote(cls._meta.db_table), rows.placeholders(awaiter_ids)
+            rows.execute(f'DELETE FROM {table} WHERE "awaiter_id" IN ({where})', list(awaiter_ids))
+
+    @classmethod
+    def among(cls, ids):
+        """Whether any of these promises awaits another of them."""
+        return bool(rows.execute(
+            f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "awaited_id" IN ({rows.placeholders(ids)})'
+            f' AND "awaiter_id" IN ({rows.placeholders(ids)}) LIMIT 1',
+            [*ids, *ids],
+        ))
 
 
 class Listener(models.Model):
@@ -195,10 +212,16 @@ class Listener(models.Model):
         rows.insert(cls(promise_id=promise_id, address=address), on_conflict="nothing")
 
     @classmethod
-    def take_addresses(cls, promise_id):
-        """Remove the promise's listeners; their addresses, in order."""
-        table = rows.quote(cls._meta.db_table)
-        found = rows.execute(f'SELECT "address" FROM {table} WHERE "promise_id" = %s ORDER BY "address"', [promise_id])
-        if found:
-            rows.execute(f'DELETE FROM {table} WHERE "promise_id" = %s', [promise_id])
-        return [address for (address,) in found]
+    def take_addresses(cls, promise_ids):
+        """Remove the listeners of these promises; {promise id: [addresses, in order]}."""
+        if not promise_ids:
+            return {}
+        found = rows.execute(
+            f'DELETE FROM {rows.quote(cls._meta.db_table)} WHERE "promise_id" IN ({rows.placeholders(promise_ids)})'
+            ' RETURNING "promise_id", "address"',
+            list(promise_ids),
+        )
+        addresses = {}
+        for promise_id, address in sorted(found):
+            addresses.setdefault(promise_id, []).append(address)
+        return addresses

@@ -105,13 +105,24 @@ def _insert(model, on_conflict):
 
 def insert(instance, on_conflict=None, using=DEFAULT):
     """INSERT the instance's row. on_conflict: None (raise), "nothing", or (unique column, columns to update)."""
+    insert_all([instance], on_conflict, using)
+
+
+def insert_all(instances, on_conflict=None, using=DEFAULT):
+    """INSERT the rows of several instances of one model in one statement (see insert)."""
+    if not instances:
+        return
     connection = connections[using]
-    fields, _ = _columns(type(instance))
-    params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields]
+    model = type(instances[0])
+    fields, _ = _columns(model)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    head, _, tail = _insert(model, on_conflict).partition(f" VALUES {row}")
+    params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for instance in instances for f in fields]
     with connection.cursor() as cursor:
-        cursor.execute(_insert(type(instance), on_conflict), params)
-    instance._state.adding = False
-    instance._state.db = using
+        cursor.execute(f"{head} VALUES {', '.join([row] * len(instances))}{tail}", params)
+    for instance in instances:
+        instance._state.adding = False
+        instance._state.db = using
 
 
 @cache
@@ -129,6 +140,39 @@ def update(instance, *attnames, using=DEFAULT):
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, instance.pk])
         return cursor.rowcount
+
+
+def update_all(instances, *attnames, using=DEFAULT):
+    """UPDATE the given fields of several rows of one model (one prepared statement, pipelined)."""
+    if len(instances) == 1:
+        update(instances[0], *attnames, using=using)
+        return
+    if not instances:
+        return
+    connection = connections[using]
+    fields, sql = _update(type(instances[0]), attnames)
+    params = [[*(f.get_db_prep_save(getattr(i, f.attname), connection) for f in fields), i.pk] for i in instances]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def placeholders(values):
+    """"%s, %s, …" for an IN list of these values."""
+    return ", ".join(["%s"] * len(values))
+
+
+def fetch_sql(model, sql, params=(), using=DEFAULT):
+    """Instances of the model from a statement that returns its columns in field order (e.g. UPDATE … RETURNING)."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    return [_instance(model, row, connection, using) for row in found]
+
+
+def columns(model):
+    """The model's column list, in field order, for hand-written statements that return its rows."""
+    return ", ".join(quote(f.column) for f in model._meta.concrete_fields)
 
 
 def execute(sql, params=(), using=DEFAULT):

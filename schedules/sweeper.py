@@ -55,7 +55,7 @@ def sweep_once(idle):
     close_old_connections()
     if Pause.is_paused():
         return 0, idle
-    fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH)
+    fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms)
     upcoming = next_due()
     wait = idle if upcoming is None else min(idle, (upcoming - now_ms()) / 1000)
     if fired == 0:

@@ -55,22 +55,36 @@ def _due(table, deadline, where, lock_of=""):
 
 PROMISES = rows.quote(Promise._meta.db_table)
 TASKS = f"{rows.quote(Task._meta.db_table)} e JOIN {PROMISES} p ON p.id = e.id"
+def each(transition):
+    """A transition of one entry, applied to a batch of entries in order."""
+
+    def all(ids, now):
+        for id in ids:
+            transition(id, now)
+
+    return all
+
+
 # Firing order (decision D15): promise timeouts, task retries, task leases, schedules; each by deadline, id.
-# A task's timeout is claimed by locking its promise row, the lock that guards the task.
+# A task's timeout is claimed by locking its promise row, the lock that guards the task. Promise timeouts
+# fire a batch at a time (on_promise_timeout settles them together when that gives the same result).
+RETRY, LEASE = f"e.timeout_kind = {TimeoutKind.RETRY}", f"e.timeout_kind = {TimeoutKind.LEASE}"
 TRANSITIONS = (
     ("promise", _due(f"{PROMISES} e", "e.timeout_at", "e.timeout_armed"), on_promise_timeout),
-    ("retry", _due(TASKS, "e.timeout_at", f"e.timeout_kind = {TimeoutKind.RETRY}", " OF p"), on_task_retry_timeout),
-    ("lease", _due(TASKS, "e.timeout_at", f"e.timeout_kind = {TimeoutKind.LEASE}", " OF p"), on_task_lease_timeout),
-    ("schedule", _due(f"{rows.quote(Schedule._meta.db_table)} e", "e.next_run_at", "TRUE"), on_schedule_timeout),
+    ("retry", _due(TASKS, "e.timeout_at", RETRY, " OF p"), each(on_task_retry_timeout)),
+    ("lease", _due(TASKS, "e.timeout_at", LEASE, " OF p"), each(on_task_lease_timeout)),
+    ("schedule", _due(f"{rows.quote(Schedule._meta.db_table)} e", "e.next_run_at", "TRUE"), each(on_schedule_timeout)),
 )
 
 
-def sweep(now, batch=None):
+def sweep(now, batch=None, clock=None):
     """Fire every timeout due at `now`, each at most once, until nothing due is left (decision D15).
 
     Without `batch` (debug.tick) everything runs in the caller's transaction. With `batch` (the
     background), each batch is its own transaction and claims its entries with SKIP LOCKED, so
     several sweepers share the work; every transition re-checks its guard, so nothing fires twice.
+    A background sweep may also pass a `clock`: each batch then runs at the time it starts, so what
+    comes due during a long sweep is fired in it too.
 
     A promise timeout cannot make another timeout due, nor can a retry or a lease (the retry timeout is
     at least 1 ms); only a schedule's catch-up can (its promises may be born with due timeouts). So one
@@ -81,7 +95,7 @@ def sweep(now, batch=None):
     while True:
         before = len(fired)
         for category, due, transition in TRANSITIONS:
-            while fired_now := fire(category, due, transition, now, batch, fired):
+            while fired_now := fire(category, due, transition, clock() if clock else now, batch, fired):
                 fired.update((category, id) for id in fired_now)
                 if batch is None:
                     break
@@ -94,8 +108,8 @@ def fire(category, due, transition, now, batch, fired):
 
     def run():
         ids = [id for id in due(now, limit=batch, claim=batch is not None) if (category, id) not in fired]
-        for id in ids:
-            transition(id, now)
+        if ids:
+            transition(ids, now)
         return ids
 
     return run() if batch is None else run_atomically(run)

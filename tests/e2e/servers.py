@@ -2,6 +2,7 @@
 
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -35,10 +36,14 @@ class Process:
             start_new_session=True,
         )
 
-    def kill(self, signal_number=15):
+    def kill(self, signal_number=signal.SIGTERM):
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, signal_number)
-            self.popen.wait(timeout=30)
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
 
     def stop(self):
         self.kill()

@@ -13,6 +13,8 @@ from outbox.dispatch import Deliverer
 from resonate_site.conf import resonate_settings
 from schedules.sweeper import keep_sweeping
 
+GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
+
 
 class Command(BaseCommand):
     help = "Run the Resonate server (embedded default: 127.0.0.1:8001, one process that also sweeps and delivers)."
@@ -39,6 +41,7 @@ class Command(BaseCommand):
             uvicorn.run(
                 "resonate_site.asgi:application", host=host, port=port, workers=workers,
                 log_level=log_level, access_log=False, lifespan="off",
+                timeout_graceful_shutdown=GRACE_S,
             )
         finally:
             stop.set()
