@@ -128,8 +128,9 @@ class Cluster:
                              "--schedule", str(self.logs / "beat-schedule")], self.env, self.logs / "beat.log")
 
     def start_worker(self):
+        level = os.environ.get("CELERY_LOG_LEVEL", "warning")
         self.worker = Process(["-m", "celery", "-A", "resonate_site", "worker", "--concurrency", "4",
-                               "--loglevel", os.environ.get("CELERY_LOG_LEVEL", "warning"), "--without-gossip", "--without-mingle"],
+                               "--loglevel", level, "--without-gossip", "--without-mingle"],
                               self.env, self.logs / f"worker-{len(list(self.logs.glob('worker-*')))}.log")
 
     def stop(self):
