@@ -55,9 +55,16 @@ def seed(operation, n, run, app):
 
     def call(body):
         environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": "/", "SERVER_NAME": "bench", "SERVER_PORT": "80",
-            "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
-            "wsgi.url_scheme": "http", "HTTP_HOST": "127.0.0.1", "SERVER_PROTOCOL": "HTTP/1.1",
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/",
+            "SERVER_NAME": "bench",
+            "SERVER_PORT": "80",
+            "wsgi.input": io.BytesIO(body),
+            "CONTENT_LENGTH": str(len(body)),
+            "CONTENT_TYPE": "application/json",
+            "wsgi.url_scheme": "http",
+            "HTTP_HOST": "127.0.0.1",
+            "SERVER_PROTOCOL": "HTTP/1.1",
         }
         return b"".join(app(environ, lambda status, headers: None))
 
@@ -95,10 +102,19 @@ def child(operation, n):
 def count(operation, n, database_url):
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg", sys.executable, __file__,
-             "--child", operation, str(n)],
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}/cg",
+                sys.executable,
+                __file__,
+                "--child",
+                operation,
+                str(n),
+            ],
             env={**os.environ, "DATABASE_URL": database_url, "PYTHONHASHSEED": "0"},
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         summary = next(line for line in Path(out, "cg").read_text().splitlines() if line.startswith("summary:"))
     return int(re.search(r"\d+", summary).group())
@@ -113,7 +129,7 @@ def main():
     if args.child:
         child(args.child[0], int(args.child[1]))
         return
-    for operation in (args.only.split(",") if args.only else OPERATIONS):
+    for operation in args.only.split(",") if args.only else OPERATIONS:
         small, large = count(operation, SMALL, args.database_url), count(operation, LARGE, args.database_url)
         print(f"{operation:16} {(large - small) / (LARGE - SMALL) / 1e6:6.2f} M instructions per request", flush=True)
 

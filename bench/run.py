@@ -40,15 +40,22 @@ SCENARIOS = {  # name: (wrk script, pgbench script, requests per unit)
 
 
 def psql(sql, db=DB):
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def fresh_database():
     psql(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", db="postgres")
     psql(f"CREATE DATABASE {DB}", db="postgres")
-    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
-                   env={**os.environ, "DATABASE_URL": DATABASE_URL})
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "-v", "0"],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "DATABASE_URL": DATABASE_URL},
+    )
     pending = "'pending', '{{}}', '{{}}', '{{}}', 4102444800000, 1, NULL, false, false, NULL"
     psql(f"INSERT INTO promises_promise SELECT 'g-' || n, {pending.format()} FROM generate_series(1, {PREFILL}) n")
     psql(f"INSERT INTO promises_promise SELECT 'pg-' || n, {pending.format()} FROM generate_series(1, {PREFILL}) n")
@@ -56,8 +63,10 @@ def fresh_database():
 
 def prefill_settle(run, threads):
     pending = "'pending', '{}', '{}', '{}', 4102444800000, 1, NULL, false, false, NULL"
-    psql(f"INSERT INTO promises_promise SELECT 's-{run}-' || t || '-' || n, {pending} "
-         f"FROM generate_series(1, {threads}) t, generate_series(1, {SETTLE_PER_THREAD}) n")
+    psql(
+        f"INSERT INTO promises_promise SELECT 's-{run}-' || t || '-' || n, {pending} "
+        f"FROM generate_series(1, {threads}) t, generate_series(1, {SETTLE_PER_THREAD}) n"
+    )
     psql("VACUUM ANALYZE")
 
 
@@ -66,7 +75,11 @@ def start_server(workers, threads):
     log = open(BENCH / "results" / "server.log", "w")  # noqa: SIM115 (the server outlives this function)
     server = subprocess.Popen(
         [PYTHON, "manage.py", "serve", "--port", str(PORT), "--workers", str(workers), "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     for _ in range(100):
         try:
@@ -89,16 +102,32 @@ def wrk(script, clients, seconds, run, one_connection_per_thread=False):
     threads = clients if one_connection_per_thread else min(clients, 2)
     env = {**os.environ, "BENCH_DIR": str(BENCH / "wrk"), "BENCH_RUN": run, "BENCH_PREFILL": str(PREFILL)}
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(BENCH / "wrk" / script),
-         f"http://127.0.0.1:{PORT}/"],
-        env=env, capture_output=True, text=True, check=True,
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{clients}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(BENCH / "wrk" / script),
+            f"http://127.0.0.1:{PORT}/",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p50, p99 = (latency(re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", out)) for q in ("50", "99"))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     socket_errors = re.search(r"Socket errors: (.*)", out)
-    return {"rate": rate, "p50": p50, "p99": p99, "errors": int(errors.group(1)) if errors else 0,
-            "socket_errors": socket_errors.group(1) if socket_errors else ""}
+    return {
+        "rate": rate,
+        "p50": p50,
+        "p99": p99,
+        "errors": int(errors.group(1)) if errors else 0,
+        "socket_errors": socket_errors.group(1) if socket_errors else "",
+    }
 
 
 def latency(match):
@@ -108,10 +137,31 @@ def latency(match):
 def pgbench(script, clients, seconds):
     with tempfile.TemporaryDirectory() as logs:
         out = subprocess.run(
-            ["pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-c", str(clients), "-j", str(min(clients, 2)),
-             "-T", str(seconds), "-D", f"prefill={PREFILL}", "-f", str(BENCH / "pgbench" / script),
-             "-l", "--log-prefix", f"{logs}/tx", DB],
-            capture_output=True, text=True, check=True,
+            [
+                "pgbench",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-n",
+                "-c",
+                str(clients),
+                "-j",
+                str(min(clients, 2)),
+                "-T",
+                str(seconds),
+                "-D",
+                f"prefill={PREFILL}",
+                "-f",
+                str(BENCH / "pgbench" / script),
+                "-l",
+                "--log-prefix",
+                f"{logs}/tx",
+                DB,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
         latencies = sorted(

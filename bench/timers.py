@@ -93,9 +93,15 @@ def main():
     parser.add_argument("--rate", type=int, default=1000, help="timers due per second")
     args = parser.parse_args()
     url = fresh_database()
-    env = {**os.environ, "DATABASE_URL": url, "RESONATE_BACKGROUND": "celery",
-           "RESONATE_HUB_URL": "redis://127.0.0.1:6379/8", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/8",
-           "RESONATE_SWEEP_PERIOD_MS": "1000", "RESONATE_SSE_MAX_AGE_MS": "600000"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "RESONATE_BACKGROUND": "celery",
+        "RESONATE_HUB_URL": "redis://127.0.0.1:6379/8",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/8",
+        "RESONATE_SWEEP_PERIOD_MS": "1000",
+        "RESONATE_SSE_MAX_AGE_MS": "600000",
+    }
     import redis
 
     redis.Redis(db=8).flushdb()
@@ -110,13 +116,17 @@ def main():
                 for count in (int(c) for c in args.counts.split(",")):
                     run = f"t{count}"
                     lateness, delivery, _, got = measure(connection, listener, run, count, now_ms() + 5000, args.rate)
-                    print(f"{count:6} timers at {args.rate}/s  lateness  {percentiles(lateness)}"
-                          f"  ({got}/{count} unblocks received)")
+                    print(
+                        f"{count:6} timers at {args.rate}/s  lateness  {percentiles(lateness)}"
+                        f"  ({got}/{count} unblocks received)"
+                    )
                     print(f"{'':6}                     delivery  {percentiles(delivery)}", flush=True)
                 backlog = 5000
                 _, _, fired, _ = measure(connection, listener, "backlog", backlog, now_ms() + 3000, 10**9)
-                print(f"sweep throughput: {backlog} timeouts due at once fired in {(fired[-1] - fired[0]) / 1000:.2f} s"
-                      f" = {backlog / max(1, fired[-1] - fired[0]) * 1000:.0f} timeouts/s")
+                print(
+                    f"sweep throughput: {backlog} timeouts due at once fired in {(fired[-1] - fired[0]) / 1000:.2f} s"
+                    f" = {backlog / max(1, fired[-1] - fired[0]) * 1000:.0f} timeouts/s"
+                )
         finally:
             cluster.stop()
 

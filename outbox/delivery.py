@@ -98,8 +98,18 @@ def record(messages, outcomes, now):
     updates = []
     for message, (outcome, detail) in zip(messages, outcomes, strict=True):
         state, next_attempt, delivered_at = settled_as(message, outcome, now)
-        updates.append([state, next_attempt, delivered_at, detail,
-                        message.pk, message.attempts, message.created_at, DeliveryState.PENDING])
+        updates.append(
+            [
+                state,
+                next_attempt,
+                delivered_at,
+                detail,
+                message.pk,
+                message.attempts,
+                message.created_at,
+                DeliveryState.PENDING,
+            ]
+        )
         if outcome is not Outcome.DELIVERED:
             log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
     with connection.cursor() as cursor:

@@ -97,12 +97,8 @@ class MemoryHub:
         with self.lock:
             self.streams.get(stream.group, {}).pop(stream.key, None)
 
-    def publish(self, address, message):
-        """Route the message to one stream; whether one took it."""
-        return self.publish_all([(address, message)])[0]
-
     def publish_all(self, messages):
-        """publish for several (address, message) pairs; whether each was taken."""
+        """Route each (address, message) to one stream; whether each was taken."""
         with self.lock:
             groups = {group: dict(streams) for group, streams in self.streams.items()}
         taken = []
@@ -201,11 +197,8 @@ class RedisHub:
 
     # deliverer side (any thread, synchronous)
 
-    def publish(self, address, message):
-        return self.publish_all([(address, message)])[0]
-
     def publish_all(self, messages):
-        """publish for several (address, message) pairs, a round trip per round: whether each was taken.
+        """Route each (address, message) to one stream, a round trip per round: whether each was taken.
 
         Each group's streams are read once; every message is routed and all are published in one
         pipeline. A message whose process no longer listens (PUBLISH reached nobody) goes round again

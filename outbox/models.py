@@ -32,7 +32,14 @@ def message_key(kind, subject, address):
 
 # setMessage replaces everything but the key: the new message is delivered afresh.
 REPLACED_ON_SET = (
-    "address", "data", "created_at", "state", "attempts", "next_attempt_at", "delivered_at", "last_error",
+    "address",
+    "data",
+    "created_at",
+    "state",
+    "attempts",
+    "next_attempt_at",
+    "delivered_at",
+    "last_error",
 )
 
 
@@ -49,8 +56,13 @@ class MessageQuerySet(models.QuerySet):
         rows.insert_all(
             [
                 Message(
-                    key=message_key(kind, subject, address), kind=kind, subject=subject,
-                    address=address, data=data, created_at=now, next_attempt_at=now,
+                    key=message_key(kind, subject, address),
+                    kind=kind,
+                    subject=subject,
+                    address=address,
+                    data=data,
+                    created_at=now,
+                    next_attempt_at=now,
                 )
                 for kind, subject, address, data in messages
             ],
@@ -77,7 +89,8 @@ class Message(models.Model):
     class Meta:
         indexes = [
             models.Index(
-                fields=["next_attempt_at"], name="message_undelivered",
+                fields=["next_attempt_at"],
+                name="message_undelivered",
                 condition=Q(state=DeliveryState.PENDING),
             ),
         ]

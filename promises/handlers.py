@@ -30,8 +30,13 @@ def promise_create(req, now):
             start_task(promise, now)
     else:
         promise = Promise.build(
-            req["id"], req["param"], tags, timeout_at,
-            state=timeout_state(tags), created_at=timeout_at, settled_at=timeout_at,
+            req["id"],
+            req["param"],
+            tags,
+            timeout_at,
+            state=timeout_state(tags),
+            created_at=timeout_at,
+            settled_at=timeout_at,
         )
         promise.insert()
         if promise.target is not None:

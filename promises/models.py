@@ -84,9 +84,7 @@ class Promise(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(
-                fields=["timeout_at", "id"], name="promise_timeout_due", condition=Q(timeout_armed=True)
-            ),
+            models.Index(fields=["timeout_at", "id"], name="promise_timeout_due", condition=Q(timeout_armed=True)),
             models.Index(fields=["branch", "id"], name="promise_branch", condition=Q(branch__isnull=False)),
             models.Index(fields=["state", "timeout_at"], name="promise_state"),
         ]
@@ -98,8 +96,13 @@ class Promise(models.Model):
     def build(cls, id, param, tags, timeout_at, **fields):
         """An unsaved promise with the tag-derived columns filled in."""
         return cls(
-            id=id, param=param, tags=tags, timeout_at=timeout_at,
-            timer=is_timer(tags), branch=tags.get(BRANCH), **fields,
+            id=id,
+            param=param,
+            tags=tags,
+            timeout_at=timeout_at,
+            timer=is_timer(tags),
+            branch=tags.get(BRANCH),
+            **fields,
         )
 
     def insert(self):
@@ -166,15 +169,8 @@ class Callback(models.Model):
     @classmethod
     def take_awaiters(cls, awaited_ids):
         """Remove the callbacks of these promises; {awaited id: [awaiter ids, in registration order]}."""
-        if not awaited_ids:
-            return {}
-        found = rows.execute(
-            f'DELETE FROM {rows.quote(cls._meta.db_table)} WHERE "awaited_id" IN ({rows.placeholders(awaited_ids)})'
-            ' RETURNING "id", "awaited_id", "awaiter_id"',
-            list(awaited_ids),
-        )
         awaiters = {}
-        for _, awaited, awaiter in sorted(found):
+        for _, awaited, awaiter in sorted(rows.take(cls, "awaited_id", awaited_ids, "id", "awaited_id", "awaiter_id")):
             awaiters.setdefault(awaited, []).append(awaiter)
         return awaiters
 
@@ -188,11 +184,13 @@ class Callback(models.Model):
     @classmethod
     def among(cls, ids):
         """Whether any of these promises awaits another of them."""
-        return bool(rows.execute(
-            f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "awaited_id" IN ({rows.placeholders(ids)})'
-            f' AND "awaiter_id" IN ({rows.placeholders(ids)}) LIMIT 1',
-            [*ids, *ids],
-        ))
+        return bool(
+            rows.execute(
+                f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "awaited_id" IN ({rows.placeholders(ids)})'
+                f' AND "awaiter_id" IN ({rows.placeholders(ids)}) LIMIT 1',
+                [*ids, *ids],
+            )
+        )
 
 
 class Listener(models.Model):
@@ -214,14 +212,7 @@ class Listener(models.Model):
     @classmethod
     def take_addresses(cls, promise_ids):
         """Remove the listeners of these promises; {promise id: [addresses, in order]}."""
-        if not promise_ids:
-            return {}
-        found = rows.execute(
-            f'DELETE FROM {rows.quote(cls._meta.db_table)} WHERE "promise_id" IN ({rows.placeholders(promise_ids)})'
-            ' RETURNING "promise_id", "address"',
-            list(promise_ids),
-        )
         addresses = {}
-        for promise_id, address in sorted(found):
+        for promise_id, address in sorted(rows.take(cls, "promise_id", promise_ids, "promise_id", "address")):
             addresses.setdefault(promise_id, []).append(address)
         return addresses

@@ -18,15 +18,15 @@ def quote(name):
 
 
 @cache
-def _columns(model):
+def _fields(model):
+    """(the fields an INSERT writes: all but an auto-increment id, the attnames of every column in order)."""
     fields = [f for f in model._meta.concrete_fields if not f.primary_key or not f.auto_created]
     return tuple(fields), tuple(f.attname for f in model._meta.concrete_fields)
 
 
 @cache
 def _select(model, where_column, lock):
-    columns = ", ".join(quote(f.column) for f in model._meta.concrete_fields)
-    sql = f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {quote(where_column)} = %s"
+    sql = f"SELECT {columns(model)} FROM {quote(model._meta.db_table)} WHERE {quote(where_column)} = %s"
     return sql + " FOR UPDATE" if lock else sql
 
 
@@ -54,7 +54,7 @@ def _instance(model, row, connection, using):
     for n, (column, functions) in enumerate(_converters(model, connection)):
         for function in functions:
             values[n] = function(values[n], column, connection)
-    return model.from_db(using, _columns(model)[1], values)
+    return model.from_db(using, _fields(model)[1], values)
 
 
 def fetch(model, pk, lock=False, using=DEFAULT):
@@ -73,10 +73,9 @@ def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
     if not pks:
         return []
     connection = connections[using]
-    columns = ", ".join(quote(f.column) for f in model._meta.concrete_fields)
     key = quote(model._meta.pk.column)
     sql = (
-        f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {key} IN ({', '.join(['%s'] * len(pks))})"
+        f"SELECT {columns(model)} FROM {quote(model._meta.db_table)} WHERE {key} IN ({', '.join(['%s'] * len(pks))})"
         f" ORDER BY {key} {'DESC' if descending else 'ASC'}"
     )
     if _locks(connection, lock):
@@ -89,7 +88,7 @@ def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
 
 @cache
 def _insert(model, on_conflict):
-    fields, _ = _columns(model)
+    fields, _ = _fields(model)
     sql = (
         f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
         f" VALUES ({', '.join(['%s'] * len(fields))})"
@@ -114,7 +113,7 @@ def insert_all(instances, on_conflict=None, using=DEFAULT):
         return
     connection = connections[using]
     model = type(instances[0])
-    fields, _ = _columns(model)
+    fields, _ = _fields(model)
     row = f"({', '.join(['%s'] * len(fields))})"
     head, _, tail = _insert(model, on_conflict).partition(f" VALUES {row}")
     params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for instance in instances for f in fields]
@@ -156,8 +155,19 @@ def update_all(instances, *attnames, using=DEFAULT):
         cursor.executemany(sql, params)
 
 
+def take(model, column, values, *returned):
+    """DELETE the model's rows whose `column` is one of `values`; the `returned` columns of each."""
+    if not values:
+        return []
+    return execute(
+        f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN ({placeholders(values)})"
+        f" RETURNING {', '.join(quote(c) for c in returned)}",
+        list(values),
+    )
+
+
 def placeholders(values):
-    """"%s, %s, …" for an IN list of these values."""
+    """ "%s, %s, …" for an IN list of these values."""
     return ", ".join(["%s"] * len(values))
 
 

@@ -31,9 +31,22 @@ DEFAULTS = {
 }
 
 CHOICES = {"BACKGROUND": {"embedded", "celery"}}
-POSITIVE = {"RETRY_TIMEOUT_MS", "MAX_BODY_BYTES", "DB_RETRIES", "SWEEP_PERIOD_MS", "SWEEP_IDLE_MS", "SWEEP_BATCH",
-            "DELIVERY_PASS_MS", "DELIVERY_ATTEMPTS", "POLL_ATTEMPTS", "DELIVERY_BACKOFF_MS", "DELIVERY_BACKOFF_MAX_MS",
-            "PUSH_TIMEOUT_MS", "SSE_MAX_AGE_MS", "SSE_KEEPALIVE_MS"}
+POSITIVE = {
+    "RETRY_TIMEOUT_MS",
+    "MAX_BODY_BYTES",
+    "DB_RETRIES",
+    "SWEEP_PERIOD_MS",
+    "SWEEP_IDLE_MS",
+    "SWEEP_BATCH",
+    "DELIVERY_PASS_MS",
+    "DELIVERY_ATTEMPTS",
+    "POLL_ATTEMPTS",
+    "DELIVERY_BACKOFF_MS",
+    "DELIVERY_BACKOFF_MAX_MS",
+    "PUSH_TIMEOUT_MS",
+    "SSE_MAX_AGE_MS",
+    "SSE_KEEPALIVE_MS",
+}
 
 
 def parse(name, text):
@@ -93,6 +106,10 @@ def check_settings(app_configs, **kwargs):
         elif name in CHOICES and value not in CHOICES[name]:
             errors.append(Error(f"RESONATE['{name}'] must be one of {sorted(CHOICES[name])}", id="resonate.E004"))
     if resonate_settings.BACKGROUND == "celery" and not resonate_settings.HUB_URL.startswith("redis://"):
-        errors.append(Error("RESONATE_BACKGROUND=celery needs RESONATE_HUB_URL=redis://… (streams span processes)",
-                            id="resonate.E005"))
+        errors.append(
+            Error(
+                "RESONATE_BACKGROUND=celery needs RESONATE_HUB_URL=redis://… (streams span processes)",
+                id="resonate.E005",
+            )
+        )
     return errors

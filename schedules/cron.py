@@ -11,8 +11,27 @@ NEVER = I64_MAX  # not a whole second, so no cron occurrence can equal it
 SHORTHANDS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 FIELD = re.compile(r"^[0-9A-Za-z*,/-]+$")
 NAME = re.compile(r"[A-Za-z]+")
-NAMES = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
-         "SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"}
+NAMES = {
+    "JAN",
+    "FEB",
+    "MAR",
+    "APR",
+    "MAY",
+    "JUN",
+    "JUL",
+    "AUG",
+    "SEP",
+    "OCT",
+    "NOV",
+    "DEC",
+    "SUN",
+    "MON",
+    "TUE",
+    "WED",
+    "THU",
+    "FRI",
+    "SAT",
+}
 
 
 def _iterator(cron, start):

@@ -19,9 +19,14 @@ def schedule_create(req, now):
     if existing is not None:
         return ok(schedule=existing.to_record())
     schedule = Schedule(
-        id=req["id"], cron=req["cron"], promise_id=req["promise_id"],
-        promise_timeout=req["promise_timeout"], promise_param=req["promise_param"],
-        promise_tags=req["promise_tags"], created_at=now, next_run_at=next_cron(req["cron"], now),
+        id=req["id"],
+        cron=req["cron"],
+        promise_id=req["promise_id"],
+        promise_timeout=req["promise_timeout"],
+        promise_param=req["promise_param"],
+        promise_tags=req["promise_tags"],
+        created_at=now,
+        next_run_at=next_cron(req["cron"], now),
     )
     schedule.save(force_insert=True)
     return ok(schedule=schedule.to_record())

@@ -55,6 +55,8 @@ def _due(table, deadline, where, lock_of=""):
 
 PROMISES = rows.quote(Promise._meta.db_table)
 TASKS = f"{rows.quote(Task._meta.db_table)} e JOIN {PROMISES} p ON p.id = e.id"
+
+
 def each(transition):
     """A transition of one entry, applied to a batch of entries in order."""
 

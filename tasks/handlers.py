@@ -56,8 +56,13 @@ def _create_acquired(action, pid, ttl, now):
     tags, timeout_at = action["tags"], action["timeout_at"]
     if timeout_at <= now:
         promise = Promise.build(
-            action["id"], action["param"], tags, timeout_at,
-            state=timeout_state(tags), created_at=timeout_at, settled_at=timeout_at,
+            action["id"],
+            action["param"],
+            tags,
+            timeout_at,
+            state=timeout_state(tags),
+            created_at=timeout_at,
+            settled_at=timeout_at,
         )
         promise.insert()
         task = Task(promise=promise, state=TaskState.FULFILLED)
@@ -66,8 +71,13 @@ def _create_acquired(action, pid, ttl, now):
     promise = Promise.build(action["id"], action["param"], tags, timeout_at, created_at=now, timeout_armed=True)
     promise.insert()
     task = Task(
-        promise=promise, state=TaskState.ACQUIRED, version=1, pid=pid, ttl=ttl,
-        timeout_kind=TimeoutKind.LEASE, timeout_at=later(now, ttl),
+        promise=promise,
+        state=TaskState.ACQUIRED,
+        version=1,
+        pid=pid,
+        ttl=ttl,
+        timeout_kind=TimeoutKind.LEASE,
+        timeout_at=later(now, ttl),
     )
     task.insert()
     return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
@@ -115,8 +125,11 @@ def task_heartbeat(req, now):
     for task_id, version in sorted(refs):
         task = tasks.get(task_id)
         if (
-            task is not None and task.state == TaskState.ACQUIRED and task.version == version
-            and task.pid == req["pid"] and task.promise.is_live(now)
+            task is not None
+            and task.state == TaskState.ACQUIRED
+            and task.version == version
+            and task.pid == req["pid"]
+            and task.promise.is_live(now)
         ):
             task.set_timeout(TimeoutKind.LEASE, later(now, task.ttl or 0))
             task.write("timeout_kind", "timeout_at")

@@ -78,7 +78,8 @@ class Task(models.Model):
     class Meta:
         indexes = [
             models.Index(
-                fields=["timeout_kind", "timeout_at"], name="task_timeout_due",
+                fields=["timeout_kind", "timeout_at"],
+                name="task_timeout_due",
                 condition=Q(timeout_kind__isnull=False),
             ),
             models.Index(fields=["pid"], name="task_pid", condition=Q(pid__isnull=False)),

@@ -86,3 +86,16 @@ def create(id, timeout_at=10_000, tags=None, param=None):
 
 def action(kind, data):
     return {"kind": kind, "head": {"corrId": "inner", "version": VERSION}, "data": data}
+
+
+def targeted(id, timeout_at=10_000, tags=None, param=None):
+    """promise.create data for a promise with a task (resonate:target)."""
+    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})}, param=param)
+
+
+def execute(id, version, address=TARGET):
+    """An execute message as debug.snap lists it."""
+    return {
+        "address": address,
+        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
+    }

@@ -45,8 +45,12 @@ def fuzz_settings(examples):
     return settings(
         max_examples=int(os.environ.get("FUZZ_EXAMPLES", examples)),
         deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                               HealthCheck.data_too_large, HealthCheck.large_base_example],
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
 
 
@@ -54,7 +58,7 @@ def fuzz_settings(examples):
 
 CHARACTERS = st.one_of(
     st.characters(exclude_categories=()),
-    st.sampled_from(["\x00", "\ud800", "\udfff", "\U0001F600", ".", "/", "@", ":", '"', "\\", " "]),
+    st.sampled_from(["\x00", "\ud800", "\udfff", "\U0001f600", ".", "/", "@", ":", '"', "\\", " "]),
 )
 TEXT = st.text(CHARACTERS, max_size=12)
 INTEGERS = st.one_of(
@@ -105,14 +109,28 @@ def seed(protocol):
     promise("w.1", **{"resonate:branch": "w"})
     promise("c", **{TARGET: "http://h/c"})
     ok("task.acquire", {"id": "c", "version": 0, "pid": "w2", "ttl": 3_000})
-    ok("task.suspend", {"id": "c", "version": 1, "actions": [
-        {"kind": "promise.register_callback", "head": {}, "data": {"awaited": "a.1", "awaiter": "c"}}]})
+    ok(
+        "task.suspend",
+        {
+            "id": "c",
+            "version": 1,
+            "actions": [{"kind": "promise.register_callback", "head": {}, "data": {"awaited": "a.1", "awaiter": "c"}}],
+        },
+    )
     promise("h", **{TARGET: SEED_ADDRESS})
     ok("task.halt", {"id": "h"})
     promise("q")
     ok("promise.settle", {"id": "q", "state": "resolved", "value": {"data": "eA=="}})
-    ok("schedule.create", {"id": "s", "cron": "0 * * * *", "promiseId": "s.{{.timestamp}}",
-                           "promiseTimeout": 60_000, "promiseTags": {TARGET: SEED_ADDRESS}})
+    ok(
+        "schedule.create",
+        {
+            "id": "s",
+            "cron": "0 * * * *",
+            "promiseId": "s.{{.timestamp}}",
+            "promiseTimeout": 60_000,
+            "promiseTags": {TARGET: SEED_ADDRESS},
+        },
+    )
 
 
 @contextmanager
@@ -132,6 +150,7 @@ def stored(protocol):
 
 # Well-formed data for every operation
 
+
 def one_of_weighted(*pairs):
     """st.one_of with rough weights: [(weight, strategy), ...]."""
     return st.one_of(*[strategy for weight, strategy in pairs for _ in range(weight)])
@@ -149,7 +168,9 @@ REFS = [("w", 1), ("c", 1), ("a", 0), ("h", 0), ("w", 0), ("a", 1), ("w", 2)]
 
 def task_refs(favourite):
     return one_of_weighted(
-        (3, st.just(favourite)), (3, st.sampled_from(REFS)), (1, st.tuples(IDS, st.integers(0, I64_MAX))),
+        (3, st.just(favourite)),
+        (3, st.sampled_from(REFS)),
+        (1, st.tuples(IDS, st.integers(0, I64_MAX))),
     )
 
 
@@ -157,27 +178,41 @@ TIME = one_of_weighted((6, st.integers(0, 20_000)), (1, st.integers(0, I64_MAX))
 NOW = one_of_weighted((6, st.integers(0, 9_999)), (2, st.integers(10_000, 20_000)), (1, st.integers(0, 10**7)))
 TTL = one_of_weighted((6, st.integers(0, 10_000)), (1, st.integers(0, I64_MAX)))
 LIMIT = one_of_weighted((4, st.integers(1, 5)), (1, st.integers(1, 1000)))
-ADDRESS = st.sampled_from([
-    "poll://any@g", "poll://uni@g/w1", "poll://any@g/w2", "poll://any@default", "http://h", "https://h:8443/x?y=1",
-])
+ADDRESS = st.sampled_from(
+    [
+        "poll://any@g",
+        "poll://uni@g/w1",
+        "poll://any@g/w2",
+        "poll://any@default",
+        "http://h",
+        "https://h:8443/x?y=1",
+    ]
+)
 STRING = one_of_weighted((3, st.sampled_from(["", "eA==", "e30="])), (1, SAFE_TEXT))
-STRING_MAP = st.dictionaries(st.sampled_from(["k", "content-type", "resonate:branch", TARGET]) | SAFE_TEXT,
-                             STRING | st.sampled_from(["w", SEED_ADDRESS]), max_size=3)
+STRING_MAP = st.dictionaries(
+    st.sampled_from(["k", "content-type", "resonate:branch", TARGET]) | SAFE_TEXT,
+    STRING | st.sampled_from(["w", SEED_ADDRESS]),
+    max_size=3,
+)
 VALUE = st.fixed_dictionaries({}, optional={"headers": STRING_MAP, "data": STRING})
-TAGS = st.fixed_dictionaries({}, optional={
-    TARGET: ADDRESS,
-    "resonate:timer": st.sampled_from(["true", "false"]),
-    "resonate:external": st.sampled_from(["true", "false"]),
-    "resonate:delay": st.integers(0, 20_000).map(str),
-    "resonate:branch": st.sampled_from(POOL),
-    "k": STRING,
-})
+TAGS = st.fixed_dictionaries(
+    {},
+    optional={
+        TARGET: ADDRESS,
+        "resonate:timer": st.sampled_from(["true", "false"]),
+        "resonate:external": st.sampled_from(["true", "false"]),
+        "resonate:delay": st.integers(0, 20_000).map(str),
+        "resonate:branch": st.sampled_from(POOL),
+        "k": STRING,
+    },
+)
 HEAD = st.fixed_dictionaries({}, optional={"corrId": st.just("inner"), "version": st.just(VERSION)})
 PROMISE_STATES = st.sampled_from(["pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout"])
 TASK_STATES = st.sampled_from(["pending", "acquired", "suspended", "halted", "fulfilled"])
 SETTLE_STATES = st.sampled_from(["resolved", "rejected", "rejected_canceled"])
-CRONS = st.sampled_from(["0 * * * *", "*/30 * * * *", "0 2 * * *", "0 0 * * 7", "0 0 1 JAN *", "@daily",
-                         "0 0 */2 * * *"])
+CRONS = st.sampled_from(
+    ["0 * * * *", "*/30 * * * *", "0 2 * * *", "0 0 * * 7", "0 0 1 JAN *", "@daily", "0 0 */2 * * *"]
+)
 TEMPLATES = st.sampled_from(["{{.id}}.{{.timestamp}}", "s.{{.timestamp}}", "fixed", "a"])
 
 
@@ -234,16 +269,21 @@ WELL_FORMED = {
     "promise.register_listener": st.fixed_dictionaries({"awaited": IDS, "address": ADDRESS}),
     "promise.search": search(state=PROMISE_STATES, tags=STRING_MAP),
     "task.get": by_id(),
-    "task.create": st.fixed_dictionaries({
-        "pid": PID, "ttl": TTL,
-        "action": inner("promise.create", promise_create_data(TAGS.map(lambda t: {TARGET: SEED_ADDRESS, **t}))),
-    }),
+    "task.create": st.fixed_dictionaries(
+        {
+            "pid": PID,
+            "ttl": TTL,
+            "action": inner("promise.create", promise_create_data(TAGS.map(lambda t: {TARGET: SEED_ADDRESS, **t}))),
+        }
+    ),
     "task.acquire": task_ref(("a", 0), pid=PID, ttl=TTL),
     "task.fence": task_ref(action=fence_action),
-    "task.heartbeat": st.fixed_dictionaries({
-        "pid": PID,
-        "tasks": st.lists(task_ref(), max_size=3),
-    }),
+    "task.heartbeat": st.fixed_dictionaries(
+        {
+            "pid": PID,
+            "tasks": st.lists(task_ref(), max_size=3),
+        }
+    ),
     "task.suspend": task_ref(actions=suspend_actions),
     "task.fulfill": task_ref(action=fulfil_action),
     "task.release": task_ref(),
@@ -273,12 +313,48 @@ def test_every_operation_has_a_well_formed_data_strategy():
 # One field deleted, or replaced by a value of the wrong type or out of range
 
 BAD_VALUES = st.one_of(
-    st.sampled_from([
-        None, True, False, 0, -1, 1.0, 1e3, 0.5, I64_MAX + 1, 2**64, -(2**63) - 1, 10**30, "", " ", "\x00",
-        "a\x00", "\ud800", "x", "1000", "pending", "rejected_timedout", "foo", "poll://nope", "poll://all@g",
-        "not a cron", "61 * * * *", "é" * 600, "b" * 1025, [], [None], [{}], {}, {"k": 1}, {"k": None},
-        {"resonate:target": "nope"}, {"resonate:delay": "soon"}, {"data": 1}, {"headers": {"k": 2}},
-    ]),
+    st.sampled_from(
+        [
+            None,
+            True,
+            False,
+            0,
+            -1,
+            1.0,
+            1e3,
+            0.5,
+            I64_MAX + 1,
+            2**64,
+            -(2**63) - 1,
+            10**30,
+            "",
+            " ",
+            "\x00",
+            "a\x00",
+            "\ud800",
+            "x",
+            "1000",
+            "pending",
+            "rejected_timedout",
+            "foo",
+            "poll://nope",
+            "poll://all@g",
+            "not a cron",
+            "61 * * * *",
+            "é" * 600,
+            "b" * 1025,
+            [],
+            [None],
+            [{}],
+            {},
+            {"k": 1},
+            {"k": None},
+            {"resonate:target": "nope"},
+            {"resonate:delay": "soon"},
+            {"data": 1},
+            {"headers": {"k": 2}},
+        ]
+    ),
     JSON,
 )
 
@@ -319,11 +395,37 @@ def mutated(draw, well_formed):
     return edited(data, path, replacement)
 
 
-FIELD_NAMES = st.sampled_from([
-    "id", "timeoutAt", "param", "tags", "state", "value", "awaited", "awaiter", "address", "limit", "cursor",
-    "pid", "ttl", "action", "version", "tasks", "actions", "cron", "promiseId", "promiseTimeout",
-    "promiseParam", "promiseTags", "time", "kind", "head", "data", "headers",
-])
+FIELD_NAMES = st.sampled_from(
+    [
+        "id",
+        "timeoutAt",
+        "param",
+        "tags",
+        "state",
+        "value",
+        "awaited",
+        "awaiter",
+        "address",
+        "limit",
+        "cursor",
+        "pid",
+        "ttl",
+        "action",
+        "version",
+        "tasks",
+        "actions",
+        "cron",
+        "promiseId",
+        "promiseTimeout",
+        "promiseParam",
+        "promiseTags",
+        "time",
+        "kind",
+        "head",
+        "data",
+        "headers",
+    ]
+)
 ANY_OBJECT = st.dictionaries(FIELD_NAMES | TEXT, JSON, max_size=6)
 
 
@@ -354,6 +456,7 @@ def requests(draw, kind):
 
 
 # 1. Whole bodies
+
 
 def check_echo(answer, raw):
     """kind and corrId are echoed when the body lets them be read, else "unknown" and "0" (§1.3)."""
@@ -406,8 +509,11 @@ def could_be_valid(value):
     """Whether a random JSON value happens to be a well-formed envelope of a real operation."""
     head = value.get("head") if isinstance(value, dict) else None
     return (
-        isinstance(head, dict) and head.get("version") == VERSION and isinstance(head.get("corrId"), str)
-        and value.get("kind") in OPERATIONS and isinstance(value.get("data"), dict)
+        isinstance(head, dict)
+        and head.get("version") == VERSION
+        and isinstance(head.get("corrId"), str)
+        and value.get("kind") in OPERATIONS
+        and isinstance(value.get("data"), dict)
     )
 
 
@@ -422,25 +528,38 @@ def test_arbitrary_json_values_get_400_and_write_nothing(protocol):
             allowed = ALLOWED if could_be_valid(value) else {400}
             answer, _ = check_reply(protocol, dumps(value), before, allowed=allowed)
         if answer.status == 400:
-            assert answer.data.startswith((
-                "Invalid request envelope: ", "Missing or invalid 'kind'", "Invalid 'data'",
-                "Unsupported protocol version", "Unknown operation: ", "Invalid request: ",
-            ))
+            assert answer.data.startswith(
+                (
+                    "Invalid request envelope: ",
+                    "Missing or invalid 'kind'",
+                    "Invalid 'data'",
+                    "Unsupported protocol version",
+                    "Unknown operation: ",
+                    "Invalid request: ",
+                )
+            )
 
     run()
 
 
-ENVELOPE_SHAPED = st.fixed_dictionaries({}, optional={
-    "kind": st.sampled_from(sorted(OPERATIONS)) | st.sampled_from(["", "nope", "debug.nope"]) | JSON,
-    "head": st.fixed_dictionaries({}, optional={
-        "corrId": st.just("c") | JSON,
-        "version": st.just(VERSION) | st.just("2025-01-01") | JSON,
-        "auth": st.just("t") | JSON,
-        "resonate:debug_time": st.integers(0, 20_000) | JSON,
-    }) | JSON,
-    "data": ANY_OBJECT | JSON,
-    "extra": JSON,
-})
+ENVELOPE_SHAPED = st.fixed_dictionaries(
+    {},
+    optional={
+        "kind": st.sampled_from(sorted(OPERATIONS)) | st.sampled_from(["", "nope", "debug.nope"]) | JSON,
+        "head": st.fixed_dictionaries(
+            {},
+            optional={
+                "corrId": st.just("c") | JSON,
+                "version": st.just(VERSION) | st.just("2025-01-01") | JSON,
+                "auth": st.just("t") | JSON,
+                "resonate:debug_time": st.integers(0, 20_000) | JSON,
+            },
+        )
+        | JSON,
+        "data": ANY_OBJECT | JSON,
+        "extra": JSON,
+    },
+)
 
 
 def test_arbitrary_envelopes_get_a_protocol_status_and_refusals_write_nothing(protocol):
@@ -458,6 +577,7 @@ def test_arbitrary_envelopes_get_a_protocol_status_and_refusals_write_nothing(pr
 
 # 2 and 3. Every operation: only protocol statuses, and a refusal writes nothing
 
+
 def callback(awaited, awaiter):
     return {"kind": "promise.register_callback", "head": {}, "data": {"awaited": awaited, "awaiter": awaiter}}
 
@@ -468,21 +588,59 @@ SUCCESSES = {
     "promise.settle": [({"id": "a.1", "state": "rejected", "value": {"data": "eA=="}}, 200)],  # unblock + resumes
     "promise.register_callback": [({"awaited": "w.1", "awaiter": "a"}, 200)],
     "promise.register_listener": [({"awaited": "w", "address": "https://h/hook"}, 200)],
-    "task.create": [({"pid": "w3", "ttl": 500, "action": {"kind": "promise.create", "head": {},
-                      "data": {"id": "w.2", "timeoutAt": 9_000, "tags": {TARGET: SEED_ADDRESS}}}}, 200)],
+    "task.create": [
+        (
+            {
+                "pid": "w3",
+                "ttl": 500,
+                "action": {
+                    "kind": "promise.create",
+                    "head": {},
+                    "data": {"id": "w.2", "timeoutAt": 9_000, "tags": {TARGET: SEED_ADDRESS}},
+                },
+            },
+            200,
+        )
+    ],
     "task.acquire": [({"id": "a", "version": 0, "pid": "w3", "ttl": 500}, 200)],
     "task.fence": [
-        ({"id": "w", "version": 1, "action": {"kind": "promise.create", "head": {},
-          "data": {"id": "w.2", "timeoutAt": 9_000, "tags": {"resonate:branch": "w"}}}}, 200),
-        ({"id": "w", "version": 1, "action": {"kind": "promise.settle", "head": {},
-          "data": {"id": "a.1", "state": "resolved"}}}, 200),
+        (
+            {
+                "id": "w",
+                "version": 1,
+                "action": {
+                    "kind": "promise.create",
+                    "head": {},
+                    "data": {"id": "w.2", "timeoutAt": 9_000, "tags": {"resonate:branch": "w"}},
+                },
+            },
+            200,
+        ),
+        (
+            {
+                "id": "w",
+                "version": 1,
+                "action": {"kind": "promise.settle", "head": {}, "data": {"id": "a.1", "state": "resolved"}},
+            },
+            200,
+        ),
     ],
     "task.heartbeat": [({"pid": "w1", "tasks": []}, 200), ({"pid": "w1", "tasks": [{"id": "w", "version": 1}]}, 200)],
-    "task.suspend": [({"id": "w", "version": 1, "actions": [callback("a.1", "w")]}, 200),
-                     ({"id": "w", "version": 1, "actions": [callback("a.1", "w"), callback("q", "w")]}, 300),
-                     ({"id": "w", "version": 1, "actions": [callback("b", "w")]}, 422)],
-    "task.fulfill": [({"id": "w", "version": 1, "action": {"kind": "promise.settle", "head": {},
-                       "data": {"id": "w", "state": "resolved"}}}, 200)],
+    "task.suspend": [
+        ({"id": "w", "version": 1, "actions": [callback("a.1", "w")]}, 200),
+        ({"id": "w", "version": 1, "actions": [callback("a.1", "w"), callback("q", "w")]}, 300),
+        ({"id": "w", "version": 1, "actions": [callback("b", "w")]}, 422),
+    ],
+    "task.fulfill": [
+        (
+            {
+                "id": "w",
+                "version": 1,
+                "action": {"kind": "promise.settle", "head": {}, "data": {"id": "w", "state": "resolved"}},
+            },
+            200,
+        )
+    ],
     "task.release": [({"id": "w", "version": 1}, 200)],
     "task.halt": [({"id": "c"}, 200)],
     "task.continue": [({"id": "h"}, 200)],
@@ -499,9 +657,11 @@ def envelope_of(kind, data):
     return {"kind": kind, "head": {"corrId": "c-fuzz", "version": VERSION, "resonate:debug_time": time}, "data": data}
 
 
-@pytest.mark.parametrize("kind,data,status", [
-    (kind, data, status) for kind, cases in SUCCESSES.items() for data, status in cases
-], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "kind,data,status",
+    [(kind, data, status) for kind, cases in SUCCESSES.items() for data, status in cases],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
 def test_the_seed_lets_the_fuzzing_reach_deep_paths(protocol, kind, data, status):
     seed(protocol)
     answer = protocol.raw(dumps(envelope_of(kind, data)), kind, "c-fuzz")
@@ -530,6 +690,7 @@ def test_every_operation_answers_a_protocol_status_and_refusals_write_nothing(pr
 
 
 # 4. Mixed sequences: any operation after any other, from the same seeded state
+
 
 def test_mixed_sequences_of_operations_answer_protocol_statuses_and_refusals_write_nothing(protocol):
     seed(protocol)

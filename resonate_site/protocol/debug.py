@@ -40,8 +40,7 @@ def debug_snap(req, now):
     return ok(
         promises=[p.to_record() for p in Promise.objects.order_by("id")],
         promiseTimeouts=[
-            {"id": p.id, "timeout": p.timeout_at}
-            for p in Promise.objects.filter(timeout_armed=True).order_by("id")
+            {"id": p.id, "timeout": p.timeout_at} for p in Promise.objects.filter(timeout_armed=True).order_by("id")
         ],
         callbacks=sorted(
             ({"awaiter": c.awaiter_id, "awaited": c.awaited_id} for c in Callback.objects.all()),

@@ -20,8 +20,7 @@ class Strict(serializers.Serializer):
     def to_internal_value(self, data):
         if isinstance(data, dict):
             data = {
-                k: v for k, v in data.items()
-                if not (v is None and k in self.fields and not self.fields[k].required)
+                k: v for k, v in data.items() if not (v is None and k in self.fields and not self.fields[k].required)
             }
         return super().to_internal_value(data)
 
@@ -49,6 +48,7 @@ class ById(Strict):
 
 
 # promise.*
+
 
 class PromiseCreate(Strict):
     id = Id()
@@ -81,6 +81,7 @@ class PromiseSearch(Strict):
 
 
 # task.*
+
 
 def action(data_serializer, kinds=None):
     """A nested request envelope {kind, head, data} whose data has the given shape."""
@@ -153,6 +154,7 @@ class TaskSearch(Strict):
 
 # schedule.*
 
+
 class Cron(StrictString):
     def to_internal_value(self, data):
         data = super().to_internal_value(data)
@@ -178,6 +180,7 @@ class ScheduleSearch(Strict):
 
 
 # debug.*
+
 
 class DebugTick(Strict):
     time = Int()

@@ -224,8 +224,12 @@ class SpecModel:
         while entry := self._first_due(time, fired):
             category, _, id = entry
             fired.add((category, id))
-            fire = (self.on_promise_timeout, self.on_task_retry_timeout,
-                    self.on_task_lease_timeout, self.on_schedule_timeout)[category]
+            fire = (
+                self.on_promise_timeout,
+                self.on_task_retry_timeout,
+                self.on_task_lease_timeout,
+                self.on_schedule_timeout,
+            )[category]
             fire(id, time)
 
     def _first_due(self, time: int, fired: set) -> tuple[int, int, str] | None:
@@ -242,15 +246,15 @@ class SpecModel:
         return {
             "promises": [p.record() for p in promises],
             "promiseTimeouts": [{"id": id, "timeout": to} for id, to in sorted(self.promise_timeouts.items())],
-            "callbacks": [{"awaiter": a, "awaited": b} for a, b in
-                          sorted((a, p.id) for p in promises for a in p.callbacks)],
-            "listeners": [{"id": i, "address": a} for i, a in
-                          sorted((p.id, a) for p in promises for a in p.listeners)],
+            "callbacks": [
+                {"awaiter": a, "awaited": b} for a, b in sorted((a, p.id) for p in promises for a in p.callbacks)
+            ],
+            "listeners": [{"id": i, "address": a} for i, a in sorted((p.id, a) for p in promises for a in p.listeners)],
             "tasks": [t.record() for t in sorted(self.tasks.values(), key=lambda t: t.id)],
-            "taskTimeouts": [{"id": id, "type": kind, "timeout": to}
-                             for (id, kind), to in sorted(self.task_timeouts.items())],
-            "messages": [{"address": addr, "message": copy.deepcopy(msg)}
-                         for _, (addr, msg) in executes + unblocks],
+            "taskTimeouts": [
+                {"id": id, "type": kind, "timeout": to} for (id, kind), to in sorted(self.task_timeouts.items())
+            ],
+            "messages": [{"address": addr, "message": copy.deepcopy(msg)} for _, (addr, msg) in executes + unblocks],
         }
 
     def invariant_violations(self) -> list[str]:
@@ -268,8 +272,11 @@ class SpecModel:
         for s in self.schedules.values():
             if self.schedule_timeouts.get(s.id) != s.next_run_at:
                 out.append(f"schedule {s.id} timeout is not its nextRunAt")
-        out += [f"promise timeout {id} is not for a pending promise" for id in self.promise_timeouts
-                if id not in self.promises or self.promises[id].state != PENDING]
+        out += [
+            f"promise timeout {id} is not for a pending promise"
+            for id in self.promise_timeouts
+            if id not in self.promises or self.promises[id].state != PENDING
+        ]
         return out
 
     def _promise_violations(self, p: Promise) -> list[str]:
@@ -418,12 +425,15 @@ class SpecModel:
         # recursion would otherwise never end once now reached it.
         while s.next_run_at <= now and s.next_run_at != I64_MAX:
             cron_time = s.next_run_at
-            self.promise_create({
-                "id": expand(s.promise_id, s.id, cron_time),
-                "timeoutAt": sat_add(cron_time, s.promise_timeout),
-                "param": s.promise_param,
-                "tags": s.promise_tags,
-            }, cron_time)
+            self.promise_create(
+                {
+                    "id": expand(s.promise_id, s.id, cron_time),
+                    "timeoutAt": sat_add(cron_time, s.promise_timeout),
+                    "param": s.promise_param,
+                    "tags": s.promise_tags,
+                },
+                cron_time,
+            )
             s = replace(s, last_run_at=cron_time, next_run_at=next_cron(s.cron, cron_time))
         return s
 
@@ -475,8 +485,15 @@ class SpecModel:
         return p
 
     def _create_expired(self, id: str, param: dict, tags: dict, timeout_at: int) -> Promise:
-        p = Promise(id=id, state=timeout_state(tags), param=param, tags=tags,
-                    timeout_at=timeout_at, created_at=timeout_at, settled_at=timeout_at)
+        p = Promise(
+            id=id,
+            state=timeout_state(tags),
+            param=param,
+            tags=tags,
+            timeout_at=timeout_at,
+            created_at=timeout_at,
+            settled_at=timeout_at,
+        )
         self.put_promise(p)
         if "resonate:target" in tags:
             self.put_task(Task(id=p.id, state="fulfilled", version=0))

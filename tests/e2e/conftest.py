@@ -43,8 +43,12 @@ def database_url(tmp_path_factory):
 
 
 def migrate(url):
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
-                   env={**os.environ, "DATABASE_URL": url})
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "DATABASE_URL": url},
+    )
 
 
 FAST = {  # short timers so the tests run in seconds
@@ -67,8 +71,14 @@ def start_embedded(env, log):
 @pytest.fixture(scope="module")
 def embedded(database_url, tmp_path_factory):
     """`manage.py serve` in its embedded mode: one process that serves, sweeps and delivers."""
-    env = {**os.environ, **FAST, "DATABASE_URL": database_url, "RESONATE_BACKGROUND": "embedded",
-           "RESONATE_HUB_URL": "", "RESONATE_DEBUG": "false"}
+    env = {
+        **os.environ,
+        **FAST,
+        "DATABASE_URL": database_url,
+        "RESONATE_BACKGROUND": "embedded",
+        "RESONATE_HUB_URL": "",
+        "RESONATE_DEBUG": "false",
+    }
     server = start_embedded(env, tmp_path_factory.mktemp("logs") / "server.log")
     yield server
     server.process.stop()
@@ -90,7 +100,8 @@ def production(database_url, tmp_path_factory):
     redis_db = 7
     redis.Redis(db=redis_db).flushdb()
     env = {
-        **os.environ, **FAST,
+        **os.environ,
+        **FAST,
         "DATABASE_URL": database_url,
         "RESONATE_BACKGROUND": "celery",
         "RESONATE_HUB_URL": f"redis://127.0.0.1:6379/{redis_db}",
@@ -118,20 +129,50 @@ class Cluster:
     def start(self):
         for n in range(2):
             port = free_port()
-            process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], self.env,
-                              self.logs / f"server-{n}.log")
+            process = Process(
+                ["manage.py", "serve", "--port", str(port), "--log-level", "warning"],
+                self.env,
+                self.logs / f"server-{n}.log",
+            )
             self.servers.append(Server(f"http://127.0.0.1:{port}", process, self.env))
         for server in self.servers:
             wait_ready(server.url, server.process)
         self.start_worker()
-        self.beat = Process(["-m", "celery", "-A", "resonate_site", "beat", "--loglevel", "warning",
-                             "--schedule", str(self.logs / "beat-schedule")], self.env, self.logs / "beat.log")
+        self.beat = Process(
+            [
+                "-m",
+                "celery",
+                "-A",
+                "resonate_site",
+                "beat",
+                "--loglevel",
+                "warning",
+                "--schedule",
+                str(self.logs / "beat-schedule"),
+            ],
+            self.env,
+            self.logs / "beat.log",
+        )
 
     def start_worker(self):
         level = os.environ.get("CELERY_LOG_LEVEL", "warning")
-        self.worker = Process(["-m", "celery", "-A", "resonate_site", "worker", "--concurrency", "4",
-                               "--loglevel", level, "--without-gossip", "--without-mingle"],
-                              self.env, self.logs / f"worker-{len(list(self.logs.glob('worker-*')))}.log")
+        self.worker = Process(
+            [
+                "-m",
+                "celery",
+                "-A",
+                "resonate_site",
+                "worker",
+                "--concurrency",
+                "4",
+                "--loglevel",
+                level,
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            self.env,
+            self.logs / f"worker-{len(list(self.logs.glob('worker-*')))}.log",
+        )
 
     def stop(self):
         for process in [self.beat, self.worker, *(s.process for s in self.servers)]:

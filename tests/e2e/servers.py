@@ -32,7 +32,11 @@ class Process:
     def __init__(self, args, env, log):
         self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
         self.popen = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -113,7 +117,7 @@ class Listener:
                     event, buffer = buffer.split(b"\n\n", 1)
                     assert b"\r" not in event
                     lines = event.decode("ascii").split("\n")
-                    data = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+                    data = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
                     assert len(data) <= 1, "one data line per event"
                     if data:
                         self.events.put(orjson.loads(data[0]))

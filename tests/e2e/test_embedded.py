@@ -67,8 +67,13 @@ def test_a_pending_task_gets_its_execute_again_every_retry_timeout(embedded, uni
 
 def test_a_schedule_with_a_seconds_cron_fires_every_second(embedded, unique):
     rpc, worker = Client(embedded.url), Listener(embedded.url, unique, "w1")
-    schedule = {"id": unique, "cron": "* * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 60_000,
-                "promiseTags": {"resonate:target": f"poll://any@{unique}"}}
+    schedule = {
+        "id": unique,
+        "cron": "* * * * * *",
+        "promiseId": "{{.id}}.{{.timestamp}}",
+        "promiseTimeout": 60_000,
+        "promiseTags": {"resonate:target": f"poll://any@{unique}"},
+    }
     assert rpc("schedule.create", schedule)[0] == 200
     ids = set()
     while len(ids) < 3:  # retries re-send executes too; count distinct occurrences
@@ -156,8 +161,14 @@ def test_an_http_push_is_retried_after_a_500_and_delivered_once_after_a_2xx(embe
 
 
 def test_a_server_that_was_down_catches_up_every_missed_occurrence(database_url, tmp_path, unique):
-    env = {**os.environ, **FAST, "DATABASE_URL": database_url, "RESONATE_BACKGROUND": "embedded",
-           "RESONATE_HUB_URL": "", "RESONATE_DEBUG": "false"}
+    env = {
+        **os.environ,
+        **FAST,
+        "DATABASE_URL": database_url,
+        "RESONATE_BACKGROUND": "embedded",
+        "RESONATE_HUB_URL": "",
+        "RESONATE_DEBUG": "false",
+    }
     first = start_embedded(env, tmp_path / "first.log")
     schedule = {"id": unique, "cron": "* * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 0}
     Client(first.url)("schedule.create", schedule)

@@ -14,7 +14,10 @@ def test_a_timeout_fired_by_celery_reaches_a_listener_on_another_server_process(
     a, b = production.servers
     rpc, worker = Client(b.url), Listener(a.url, unique, "w1")  # the stream on A, requests to B
     wf, child = f"{unique}.wf", f"{unique}.wf.1"
-    rpc("promise.create", {"id": wf, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}})
+    rpc(
+        "promise.create",
+        {"id": wf, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}},
+    )
     assert worker.next(kind="execute", timeout=20)["data"]["task"] == {"id": wf, "version": 0}
     assert rpc("task.acquire", {"id": wf, "version": 0, "pid": "w1", "ttl": 30_000})[0] == 200
     deadline = now_ms() + 2000
@@ -61,7 +64,10 @@ def test_anycast_reaches_streams_held_by_either_server_process(production, uniqu
     on_a, on_b = Listener(a.url, unique, "a"), Listener(b.url, unique, "b")
     ids = {f"{unique}-{n}" for n in range(20)}
     for id in ids:
-        rpc("promise.create", {"id": id, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}})
+        rpc(
+            "promise.create",
+            {"id": id, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}},
+        )
     got, started = {}, now_ms()
     while set(got) < ids:
         assert now_ms() - started < 20_000, f"executes missing: {ids - set(got)}"

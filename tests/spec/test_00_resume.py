@@ -1,17 +1,6 @@
 """00-resume enqueueResume: suspended → pending, retry, execute; pending/acquired/halted buffer it; fulfilled: no-op."""
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
-
-
-def execute(id, version, address=TARGET):
-    return {
-        "address": address,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
+from tests.conftest import action, create, execute, targeted
 
 
 def start(protocol, id, now=0, ttl=60_000, timeout_at=10_000):

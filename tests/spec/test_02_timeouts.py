@@ -2,20 +2,9 @@
 
 import signal
 
-from tests.conftest import TARGET, action, create
+from tests.conftest import TARGET, action, create, execute, targeted
 
 TIMER = {"resonate:timer": "true"}
-
-
-def targeted(id, timeout_at=10_000, tags=None):
-    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})})
-
-
-def execute(id, version, address=TARGET):
-    return {
-        "address": address,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
 
 
 def task_create(protocol, data, now, pid="w", ttl=60_000):
@@ -52,10 +41,18 @@ def test_a_promise_timeout_rejects_a_promise_at_its_deadline(protocol):
     protocol("promise.create", create("p", timeout_at=1_000, tags={"resonate:external": "true"}), now=0)
     protocol.tick(1_500)
     snap = protocol.snap()
-    assert snap["promises"] == [{
-        "id": "p", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {"resonate:external": "true"},
-        "timeoutAt": 1_000, "createdAt": 0, "settledAt": 1_000,
-    }]
+    assert snap["promises"] == [
+        {
+            "id": "p",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {"resonate:external": "true"},
+            "timeoutAt": 1_000,
+            "createdAt": 0,
+            "settledAt": 1_000,
+        }
+    ]
     assert snap["promiseTimeouts"] == []
 
 
@@ -223,9 +220,13 @@ def test_a_schedule_creates_its_promise_as_if_created_at_the_cron_time(protocol)
     protocol.tick(5_000)
     snap = protocol.snap()
     promise = {
-        "id": "s.5000", "state": "pending", "param": {"data": "e30="}, "value": {},
+        "id": "s.5000",
+        "state": "pending",
+        "param": {"data": "e30="},
+        "value": {},
         "tags": tags,  # verbatim (decision D8): no tags added
-        "timeoutAt": 65_000, "createdAt": 5_000,
+        "timeoutAt": 65_000,
+        "createdAt": 5_000,
     }
     assert snap["promises"] == [promise]
     assert snap["promiseTimeouts"] == [{"id": "s.5000", "timeout": 65_000}]
@@ -256,10 +257,18 @@ def test_an_occurrence_with_a_zero_timeout_is_born_timed_out(protocol):
     protocol("schedule.create", schedule(timeout=0), now=0)
     protocol.tick(5_000)
     snap = protocol.snap()
-    assert snap["promises"] == [{
-        "id": "s.5000", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {"resonate:target": TARGET},
-        "timeoutAt": 5_000, "createdAt": 5_000, "settledAt": 5_000,
-    }]
+    assert snap["promises"] == [
+        {
+            "id": "s.5000",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {"resonate:target": TARGET},
+            "timeoutAt": 5_000,
+            "createdAt": 5_000,
+            "settledAt": 5_000,
+        }
+    ]
     assert snap["tasks"] == [{"id": "s.5000", "state": "fulfilled", "version": 0, "resumes": 0}]
     assert snap["messages"] == []
 

@@ -2,20 +2,9 @@
 
 import pytest
 
-from tests.conftest import TARGET, create
+from tests.conftest import TARGET, create, execute, targeted
 
 TIMER = {"resonate:timer": "true"}
-
-
-def targeted(id, timeout_at=10_000, tags=None, param=None):
-    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})}, param=param)
-
-
-def execute(id, version):
-    return {
-        "address": TARGET,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
 
 
 # P-02:8-17 — the promise does not exist and its deadline is ahead: it is stored pending, created now.
@@ -25,8 +14,13 @@ def test_it_creates_a_pending_promise_created_now(protocol):
     answer = protocol("promise.create", create("p", timeout_at=10_000, param={"data": "eA=="}), now=7)
     assert answer.status == 200
     expected = {
-        "id": "p", "state": "pending", "param": {"data": "eA=="}, "value": {}, "tags": {},
-        "timeoutAt": 10_000, "createdAt": 7,
+        "id": "p",
+        "state": "pending",
+        "param": {"data": "eA=="},
+        "value": {},
+        "tags": {},
+        "timeoutAt": 10_000,
+        "createdAt": 7,
     }
     assert answer.data == {"promise": expected}
     assert protocol.snap()["promises"] == [expected]
@@ -116,8 +110,14 @@ def test_it_dispatches_at_once_when_the_delay_is_not_in_the_future(protocol, del
 def test_it_creates_an_expired_promise_already_timed_out(protocol):
     answer = protocol("promise.create", create("p", timeout_at=50), now=100)
     expected = {
-        "id": "p", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {},
-        "timeoutAt": 50, "createdAt": 50, "settledAt": 50,
+        "id": "p",
+        "state": "rejected_timedout",
+        "param": {},
+        "value": {},
+        "tags": {},
+        "timeoutAt": 50,
+        "createdAt": 50,
+        "settledAt": 50,
     }
     assert answer.status == 200
     assert answer.data == {"promise": expected}
@@ -160,10 +160,18 @@ def test_it_returns_an_existing_expired_promise_projected_as_timed_out(protocol)
     protocol("promise.create", create("p", timeout_at=100), now=0)
     answer = protocol("promise.create", create("p", timeout_at=100), now=150)
     assert answer.status == 200
-    assert answer.data == {"promise": {
-        "id": "p", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {},
-        "timeoutAt": 100, "createdAt": 0, "settledAt": 100,
-    }}
+    assert answer.data == {
+        "promise": {
+            "id": "p",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {},
+            "timeoutAt": 100,
+            "createdAt": 0,
+            "settledAt": 100,
+        }
+    }
     stored = protocol.snap()["promises"][0]
     assert stored["state"] == "pending" and "settledAt" not in stored
 
@@ -211,11 +219,14 @@ def test_it_does_not_create_a_second_task_for_an_existing_targeted_promise(proto
 # Decision D3: bad input is a 400 and writes nothing.
 
 
-@pytest.mark.parametrize("tags", [
-    {"resonate:target": "not an address"},
-    {"resonate:target": "poll://someone@group"},
-    {"resonate:target": TARGET, "resonate:delay": "soon"},
-])
+@pytest.mark.parametrize(
+    "tags",
+    [
+        {"resonate:target": "not an address"},
+        {"resonate:target": "poll://someone@group"},
+        {"resonate:target": TARGET, "resonate:delay": "soon"},
+    ],
+)
 def test_it_answers_400_for_unusable_reserved_tags_and_writes_nothing(protocol, tags):
     answer = protocol("promise.create", create("p", tags=tags), now=0)
     assert answer.status == 400

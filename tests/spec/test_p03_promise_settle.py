@@ -2,20 +2,9 @@
 
 import pytest
 
-from tests.conftest import TARGET, action, create
+from tests.conftest import action, create, execute, targeted
 
 TIMER = {"resonate:timer": "true"}
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
-
-
-def execute(id, version):
-    return {
-        "address": TARGET,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
 
 
 def start(protocol, id, now=0, ttl=1_000, timeout_at=10_000):
@@ -50,8 +39,14 @@ def test_it_settles_a_live_promise_with_the_requested_state_and_value(protocol, 
     protocol("promise.create", create("p", timeout_at=10_000, param={"data": "cA=="}), now=0)
     answer = protocol("promise.settle", {"id": "p", "state": state, "value": {"data": "dg=="}}, now=40)
     expected = {
-        "id": "p", "state": state, "param": {"data": "cA=="}, "value": {"data": "dg=="}, "tags": {},
-        "timeoutAt": 10_000, "createdAt": 0, "settledAt": 40,
+        "id": "p",
+        "state": state,
+        "param": {"data": "cA=="},
+        "value": {"data": "dg=="},
+        "tags": {},
+        "timeoutAt": 10_000,
+        "createdAt": 0,
+        "settledAt": 40,
     }
     assert answer.status == 200
     assert answer.data == {"promise": expected}
@@ -189,10 +184,18 @@ def test_it_answers_an_expired_promise_as_timed_out_and_writes_nothing(protocol)
     before = protocol.snap()
     answer = protocol("promise.settle", {"id": "p", "state": "resolved", "value": {"data": "eA=="}}, now=100)
     assert answer.status == 200
-    assert answer.data == {"promise": {
-        "id": "p", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {},
-        "timeoutAt": 100, "createdAt": 0, "settledAt": 100,
-    }}
+    assert answer.data == {
+        "promise": {
+            "id": "p",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {},
+            "timeoutAt": 100,
+            "createdAt": 0,
+            "settledAt": 100,
+        }
+    }
     assert protocol.snap() == before
 
 

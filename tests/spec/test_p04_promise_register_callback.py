@@ -1,12 +1,8 @@
 """P-04 promise.register_callback: 404, 422 (awaiter, target); registered only if both live; awaited projected."""
 
-from tests.conftest import TARGET, create
+from tests.conftest import create, targeted
 
 TIMER = {"resonate:timer": "true"}
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
 
 
 def register(protocol, awaited, awaiter, now):
@@ -111,10 +107,18 @@ def test_it_answers_an_expired_awaited_as_timed_out_without_registering(protocol
     protocol("promise.create", targeted("w", timeout_at=10_000), now=0)
     answer = register(protocol, "a", "w", now=100)
     assert answer.status == 200
-    assert answer.data == {"promise": {
-        "id": "a", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {},
-        "timeoutAt": 100, "createdAt": 0, "settledAt": 100,
-    }}
+    assert answer.data == {
+        "promise": {
+            "id": "a",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {},
+            "timeoutAt": 100,
+            "createdAt": 0,
+            "settledAt": 100,
+        }
+    }
     snap = protocol.snap()
     assert snap["callbacks"] == []
     assert snap["promises"][0]["state"] == "pending"

@@ -52,10 +52,12 @@ def test_a_registered_listener_gets_an_unblock_when_the_promise_settles(protocol
     protocol("promise.create", create("p"), now=0)
     listen(protocol, "p", now=1)
     settled = protocol("promise.settle", {"id": "p", "state": "resolved", "value": {"data": "eA=="}}, now=2)
-    assert protocol.snap()["messages"] == [{
-        "address": ADDRESS,
-        "message": {"kind": "unblock", "head": {}, "data": {"promise": settled.data["promise"]}},
-    }]
+    assert protocol.snap()["messages"] == [
+        {
+            "address": ADDRESS,
+            "message": {"kind": "unblock", "head": {}, "data": {"promise": settled.data["promise"]}},
+        }
+    ]
 
 
 # P-05:14-20 — pending but expired: answered projected, nothing registered.
@@ -65,10 +67,18 @@ def test_it_answers_an_expired_promise_as_timed_out_without_registering(protocol
     protocol("promise.create", create("p", timeout_at=100), now=0)
     answer = listen(protocol, "p", now=100)
     assert answer.status == 200
-    assert answer.data == {"promise": {
-        "id": "p", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {},
-        "timeoutAt": 100, "createdAt": 0, "settledAt": 100,
-    }}
+    assert answer.data == {
+        "promise": {
+            "id": "p",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {},
+            "timeoutAt": 100,
+            "createdAt": 0,
+            "settledAt": 100,
+        }
+    }
     snap = protocol.snap()
     assert snap["listeners"] == []
     assert snap["promises"][0]["state"] == "pending"

@@ -30,10 +30,19 @@ def test_it_returns_every_promise_in_id_order_without_a_cursor(protocol):
 
 def test_it_returns_full_promise_records(protocol):
     protocol("promise.create", create("p", param={"data": "eA=="}, tags={"k": "v"}), now=3)
-    assert search(protocol) == {"promises": [{
-        "id": "p", "state": "pending", "param": {"data": "eA=="}, "value": {}, "tags": {"k": "v"},
-        "timeoutAt": 10_000, "createdAt": 3,
-    }]}
+    assert search(protocol) == {
+        "promises": [
+            {
+                "id": "p",
+                "state": "pending",
+                "param": {"data": "eA=="},
+                "value": {},
+                "tags": {"k": "v"},
+                "timeoutAt": 10_000,
+                "createdAt": 3,
+            }
+        ]
+    }
 
 
 def test_it_returns_an_empty_list_when_nothing_matches(protocol):
@@ -59,10 +68,20 @@ def test_it_finds_an_expired_pending_promise_as_timed_out_not_as_pending(protoco
     protocol("promise.create", create("live", timeout_at=10_000), now=0)
     assert ids(search(protocol, now=100, state="pending")) == ["live"]
     timed_out = search(protocol, now=100, state="rejected_timedout")
-    assert timed_out == {"promises": [{
-        "id": "late", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {},
-        "timeoutAt": 100, "createdAt": 0, "settledAt": 100,
-    }]}
+    assert timed_out == {
+        "promises": [
+            {
+                "id": "late",
+                "state": "rejected_timedout",
+                "param": {},
+                "value": {},
+                "tags": {},
+                "timeoutAt": 100,
+                "createdAt": 0,
+                "settledAt": 100,
+            }
+        ]
+    }
     assert protocol.snap()["promises"][0]["state"] == "pending"  # nothing written
 
 

@@ -30,11 +30,18 @@ def test_it_returns_the_stored_schedule(protocol):
     answer = protocol("schedule.get", {"id": "s"}, now=2_000)
     assert answer.status == 200
     assert answer.data == created.data
-    assert answer.data == {"schedule": {
-        "id": "s", "cron": "*/5 * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 60_000,
-        "promiseParam": {"data": "e30="}, "promiseTags": {"resonate:target": "poll://any@default"},
-        "createdAt": 1_000, "nextRunAt": 5_000,
-    }}
+    assert answer.data == {
+        "schedule": {
+            "id": "s",
+            "cron": "*/5 * * * * *",
+            "promiseId": "{{.id}}.{{.timestamp}}",
+            "promiseTimeout": 60_000,
+            "promiseParam": {"data": "e30="},
+            "promiseTags": {"resonate:target": "poll://any@default"},
+            "createdAt": 1_000,
+            "nextRunAt": 5_000,
+        }
+    }
 
 
 def test_it_returns_the_schedule_with_its_last_run_after_it_fired(protocol):

@@ -21,16 +21,24 @@ def next_run(protocol, cron, now):
 def test_it_creates_a_schedule(protocol):
     answer = protocol(
         "schedule.create",
-        schedule(promiseParam={"headers": {"h": "1"}, "data": "e30="}, promiseTags={"resonate:target": "poll://any@default"}),
+        schedule(
+            promiseParam={"headers": {"h": "1"}, "data": "e30="}, promiseTags={"resonate:target": "poll://any@default"}
+        ),
         now=1_234,
     )
     assert answer.status == 200
-    assert answer.data == {"schedule": {
-        "id": "s", "cron": "*/5 * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 60_000,
-        "promiseParam": {"headers": {"h": "1"}, "data": "e30="},
-        "promiseTags": {"resonate:target": "poll://any@default"},
-        "createdAt": 1_234, "nextRunAt": 5_000,
-    }}
+    assert answer.data == {
+        "schedule": {
+            "id": "s",
+            "cron": "*/5 * * * * *",
+            "promiseId": "{{.id}}.{{.timestamp}}",
+            "promiseTimeout": 60_000,
+            "promiseParam": {"headers": {"h": "1"}, "data": "e30="},
+            "promiseTags": {"resonate:target": "poll://any@default"},
+            "createdAt": 1_234,
+            "nextRunAt": 5_000,
+        }
+    }
     assert protocol("schedule.get", {"id": "s"}, now=1_235).data == answer.data
 
 
@@ -55,12 +63,15 @@ def test_it_evaluates_cron_in_utc(protocol):
     assert next_run(protocol, "0 2 * * *", 0) == 2 * 3_600_000  # 1970-01-01T02:00Z
 
 
-@pytest.mark.parametrize("cron, expected", [
-    ("0 0 * * 0", 3 * DAY),  # Sunday 1970-01-04 (1970-01-01 was a Thursday)
-    ("0 0 * * 7", 3 * DAY),  # 7 is Sunday too
-    ("0 0 * * 1", 4 * DAY),  # Monday, not the reference server's Quartz Sunday
-    ("0 0 * * SUN", 3 * DAY),
-])
+@pytest.mark.parametrize(
+    "cron, expected",
+    [
+        ("0 0 * * 0", 3 * DAY),  # Sunday 1970-01-04 (1970-01-01 was a Thursday)
+        ("0 0 * * 7", 3 * DAY),  # 7 is Sunday too
+        ("0 0 * * 1", 4 * DAY),  # Monday, not the reference server's Quartz Sunday
+        ("0 0 * * SUN", 3 * DAY),
+    ],
+)
 def test_it_numbers_weekdays_as_unix_cron_does(protocol, cron, expected):
     assert next_run(protocol, cron, 0) == expected
 

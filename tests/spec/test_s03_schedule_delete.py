@@ -5,7 +5,10 @@ TARGET = "poll://any@default"
 
 def schedule(id="s", cron="*/5 * * * * *"):
     return {
-        "id": id, "cron": cron, "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 60_000,
+        "id": id,
+        "cron": cron,
+        "promiseId": "{{.id}}.{{.timestamp}}",
+        "promiseTimeout": 60_000,
         "promiseTags": {"resonate:target": TARGET},
     }
 

@@ -7,7 +7,10 @@ TARGET = "poll://any@default"
 
 def schedule(id, tags=None):
     return {
-        "id": id, "cron": "0 * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 60_000,
+        "id": id,
+        "cron": "0 * * * *",
+        "promiseId": "{{.id}}.{{.timestamp}}",
+        "promiseTimeout": 60_000,
         "promiseTags": tags or {},
     }
 

@@ -1,10 +1,6 @@
 """T-01 task.get: 404 without a task; the stored task while its promise is live, else projected as fulfilled."""
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
+from tests.conftest import action, create, targeted
 
 
 def get(protocol, id, now):

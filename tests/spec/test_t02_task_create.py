@@ -2,14 +2,10 @@
 
 import pytest
 
-from tests.conftest import TARGET, action, create
+from tests.conftest import TARGET, action, create, targeted
 
 TIMER = {"resonate:timer": "true"}
 BRANCH = {"resonate:target": TARGET, "resonate:branch": "wf"}
-
-
-def targeted(id, timeout_at=10_000, tags=None):
-    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})})
 
 
 def task_create(protocol, data, now, pid="w", ttl=1_000):
@@ -30,8 +26,13 @@ def test_it_creates_the_promise_with_its_task_acquired_by_the_caller(protocol):
     answer = task_create(protocol, targeted("wf", timeout_at=10_000), now=100, pid="w-7", ttl=60_000)
     assert answer.status == 200
     promise = {
-        "id": "wf", "state": "pending", "param": {}, "value": {}, "tags": {"resonate:target": TARGET},
-        "timeoutAt": 10_000, "createdAt": 100,
+        "id": "wf",
+        "state": "pending",
+        "param": {},
+        "value": {},
+        "tags": {"resonate:target": TARGET},
+        "timeoutAt": 10_000,
+        "createdAt": 100,
     }
     task = {"id": "wf", "state": "acquired", "version": 1, "resumes": 0, "ttl": 60_000, "pid": "w-7"}
     assert answer.data == {"task": task, "promise": promise, "preload": []}
@@ -82,8 +83,14 @@ def test_it_creates_an_expired_promise_timed_out_with_a_fulfilled_task(protocol)
     assert answer.data == {
         "task": {"id": "wf", "state": "fulfilled", "version": 0, "resumes": 0},
         "promise": {
-            "id": "wf", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {"resonate:target": TARGET},
-            "timeoutAt": 50, "createdAt": 50, "settledAt": 50,
+            "id": "wf",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {"resonate:target": TARGET},
+            "timeoutAt": 50,
+            "createdAt": 50,
+            "settledAt": 50,
         },
         "preload": [],
     }
@@ -214,12 +221,19 @@ def test_it_answers_409_when_the_task_is_held_suspended_or_halted(protocol, make
 # Decision D3: a malformed request is a 400 and writes nothing.
 
 
-@pytest.mark.parametrize("data", [
-    {"pid": "", "ttl": 1_000, "action": action("promise.create", create("p"))},
-    {"pid": "w", "ttl": -1, "action": action("promise.create", create("p"))},
-    {"pid": "w", "ttl": 1_000, "action": action("promise.create", {"id": "p"})},
-    {"pid": "w", "ttl": 1_000, "action": action("promise.create", create("p", tags={"resonate:target": "nowhere"}))},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"pid": "", "ttl": 1_000, "action": action("promise.create", create("p"))},
+        {"pid": "w", "ttl": -1, "action": action("promise.create", create("p"))},
+        {"pid": "w", "ttl": 1_000, "action": action("promise.create", {"id": "p"})},
+        {
+            "pid": "w",
+            "ttl": 1_000,
+            "action": action("promise.create", create("p", tags={"resonate:target": "nowhere"})),
+        },
+    ],
+)
 def test_it_answers_400_for_a_malformed_request(protocol, data):
     assert protocol("task.create", data, now=0).status == 400
     assert protocol.snap()["promises"] == []

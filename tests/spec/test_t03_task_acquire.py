@@ -2,11 +2,7 @@
 
 import pytest
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000, tags=None):
-    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})})
+from tests.conftest import action, create, targeted
 
 
 def acquire(protocol, id, now, version=0, pid="w", ttl=1_000):
@@ -146,10 +142,25 @@ def test_it_returns_the_same_branch_promises_as_preload(protocol):
     protocol("promise.create", create("wf.3", tags={"resonate:branch": "wf.3"}), now=0)
     answer = acquire(protocol, "wf", now=60)
     assert answer.data["preload"] == [
-        {"id": "wf.1", "state": "pending", "param": {}, "value": {}, "tags": {"resonate:branch": "wf"},
-         "timeoutAt": 10_000, "createdAt": 0},
-        {"id": "wf.2", "state": "rejected_timedout", "param": {}, "value": {}, "tags": {"resonate:branch": "wf"},
-         "timeoutAt": 50, "createdAt": 0, "settledAt": 50},
+        {
+            "id": "wf.1",
+            "state": "pending",
+            "param": {},
+            "value": {},
+            "tags": {"resonate:branch": "wf"},
+            "timeoutAt": 10_000,
+            "createdAt": 0,
+        },
+        {
+            "id": "wf.2",
+            "state": "rejected_timedout",
+            "param": {},
+            "value": {},
+            "tags": {"resonate:branch": "wf"},
+            "timeoutAt": 50,
+            "createdAt": 0,
+            "settledAt": 50,
+        },
     ]
 
 

@@ -1,12 +1,8 @@
 """T-04 task.fence: 404; 409 unless acquired, live and current; then the inner create or settle runs, nested."""
 
-from tests.conftest import TARGET, VERSION, action, create
+from tests.conftest import TARGET, VERSION, action, create, targeted
 
 BRANCH = {"resonate:branch": "wf"}
-
-
-def targeted(id, timeout_at=10_000, tags=None):
-    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})})
 
 
 def start(protocol, id="wf", now=0, timeout_at=10_000, tags=None):
@@ -82,8 +78,13 @@ def test_it_creates_a_promise_under_the_fence(protocol):
     answer = fence(protocol, "promise.create", create("wf.1", timeout_at=5_000, tags=BRANCH), now=7)
     assert answer.status == 200
     child = {
-        "id": "wf.1", "state": "pending", "param": {}, "value": {}, "tags": BRANCH,
-        "timeoutAt": 5_000, "createdAt": 7,
+        "id": "wf.1",
+        "state": "pending",
+        "param": {},
+        "value": {},
+        "tags": BRANCH,
+        "timeoutAt": 5_000,
+        "createdAt": 7,
     }
     assert answer.data == {"action": inner(answer, "promise.create", 200, {"promise": child}), "preload": []}
     assert child in protocol.snap()["promises"]
@@ -122,8 +123,14 @@ def test_it_settles_a_promise_under_the_fence(protocol):
     answer = fence(protocol, "promise.settle", {"id": "wf.1", "state": "resolved", "value": {"data": "eA=="}}, now=9)
     assert answer.status == 200
     settled = {
-        "id": "wf.1", "state": "resolved", "param": {}, "value": {"data": "eA=="}, "tags": {},
-        "timeoutAt": 10_000, "createdAt": 0, "settledAt": 9,
+        "id": "wf.1",
+        "state": "resolved",
+        "param": {},
+        "value": {"data": "eA=="},
+        "tags": {},
+        "timeoutAt": 10_000,
+        "createdAt": 0,
+        "settledAt": 9,
     }
     assert answer.data == {"action": inner(answer, "promise.settle", 200, {"promise": settled}), "preload": []}
     snap = protocol.snap()

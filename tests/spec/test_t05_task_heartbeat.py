@@ -1,10 +1,6 @@
 """T-05 task.heartbeat: renews the leases a pid holds on live promises, skips the rest (E1: empty list = all)."""
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
+from tests.conftest import action, create, targeted
 
 
 def start(protocol, id, now=0, pid="w", ttl=1_000, timeout_at=10_000):

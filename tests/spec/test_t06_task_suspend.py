@@ -1,10 +1,6 @@
 """T-06 task.suspend: 404; 409 unless held; 422 awaited missing; 300 one settled; else callbacks + suspended."""
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000, tags=None):
-    return create(id, timeout_at, tags={"resonate:target": TARGET, **(tags or {})})
+from tests.conftest import action, create, targeted
 
 
 def start(protocol, id="w", now=0, ttl=1_000, timeout_at=10_000, tags=None):

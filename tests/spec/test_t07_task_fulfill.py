@@ -2,18 +2,7 @@
 
 import pytest
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
-
-
-def execute(id, version):
-    return {
-        "address": TARGET,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
+from tests.conftest import TARGET, action, create, execute, targeted
 
 
 def start(protocol, id="w", now=0, ttl=1_000, timeout_at=10_000):
@@ -101,8 +90,14 @@ def test_it_settles_the_task_promise_and_fulfils_the_task(protocol, state):
     answer = fulfill(protocol, now=30, state=state, value={"data": "eA=="})
     assert answer.status == 200
     record = {
-        "id": "w", "state": state, "param": {}, "value": {"data": "eA=="}, "tags": {"resonate:target": TARGET},
-        "timeoutAt": 10_000, "createdAt": 0, "settledAt": 30,
+        "id": "w",
+        "state": state,
+        "param": {},
+        "value": {"data": "eA=="},
+        "tags": {"resonate:target": TARGET},
+        "timeoutAt": 10_000,
+        "createdAt": 0,
+        "settledAt": 30,
     }
     assert answer.data == {"promise": record}
     snap = protocol.snap()

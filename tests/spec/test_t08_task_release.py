@@ -1,17 +1,6 @@
 """T-08 task.release: 404; 409 unless acquired, live and current; then pending at the same version, re-sent."""
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
-
-
-def execute(id, version):
-    return {
-        "address": TARGET,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
+from tests.conftest import action, create, execute, targeted
 
 
 def start(protocol, id="w", now=0, ttl=1_000, timeout_at=10_000):

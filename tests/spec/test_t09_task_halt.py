@@ -1,10 +1,6 @@
 """T-09 task.halt: 404; 409 if fulfilled; 200 unchanged if halted; else halted with no lease and no timeout."""
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
+from tests.conftest import action, create, targeted
 
 
 def start(protocol, id="w", now=0, ttl=1_000, timeout_at=10_000):

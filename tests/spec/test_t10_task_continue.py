@@ -2,18 +2,7 @@
 
 import pytest
 
-from tests.conftest import TARGET, action, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
-
-
-def execute(id, version):
-    return {
-        "address": TARGET,
-        "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
-    }
+from tests.conftest import action, create, execute, targeted
 
 
 def start(protocol, id="w", now=0, ttl=1_000, timeout_at=10_000):
@@ -60,7 +49,8 @@ def make_fulfilled(protocol):
 
 
 @pytest.mark.parametrize(
-    "make", [make_pending, make_acquired, make_suspended, make_fulfilled],
+    "make",
+    [make_pending, make_acquired, make_suspended, make_fulfilled],
     ids=["pending", "acquired", "suspended", "fulfilled"],
 )
 def test_it_answers_409_when_the_task_is_not_halted(protocol, make):

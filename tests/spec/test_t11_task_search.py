@@ -2,11 +2,7 @@
 
 import pytest
 
-from tests.conftest import TARGET, create
-
-
-def targeted(id, timeout_at=10_000):
-    return create(id, timeout_at, tags={"resonate:target": TARGET})
+from tests.conftest import create, targeted
 
 
 def search(protocol, now=0, **data):
@@ -34,9 +30,9 @@ def test_it_returns_every_task_in_id_order_without_a_cursor(protocol):
 def test_it_returns_full_task_records(protocol):
     protocol("promise.create", targeted("p"), now=0)
     protocol("task.acquire", {"id": "p", "version": 0, "pid": "w-7", "ttl": 60_000}, now=1)
-    assert search(protocol, now=2) == {"tasks": [
-        {"id": "p", "state": "acquired", "version": 1, "resumes": 0, "ttl": 60_000, "pid": "w-7"}
-    ]}
+    assert search(protocol, now=2) == {
+        "tasks": [{"id": "p", "state": "acquired", "version": 1, "resumes": 0, "ttl": 60_000, "pid": "w-7"}]
+    }
 
 
 def test_it_returns_an_empty_list_when_there_are_no_tasks(protocol):
@@ -61,9 +57,9 @@ def test_it_finds_the_task_of_an_expired_promise_as_fulfilled(protocol):
     protocol("promise.create", targeted("live"), now=0)
     protocol("task.acquire", {"id": "late", "version": 0, "pid": "w", "ttl": 60_000}, now=1)
     assert ids(search(protocol, now=100, state="acquired")) == []
-    assert search(protocol, now=100, state="fulfilled") == {"tasks": [
-        {"id": "late", "state": "fulfilled", "version": 1, "resumes": 0}
-    ]}
+    assert search(protocol, now=100, state="fulfilled") == {
+        "tasks": [{"id": "late", "state": "fulfilled", "version": 1, "resumes": 0}]
+    }
     assert ids(search(protocol, now=100, state="pending")) == ["live"]
     assert protocol.snap()["tasks"][0]["state"] == "acquired"  # nothing written
 

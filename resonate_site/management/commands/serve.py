@@ -39,8 +39,13 @@ class Command(BaseCommand):
         self.stdout.write(f"Resonate server on http://{host}:{port}/ ({mode})")
         try:
             uvicorn.run(
-                "resonate_site.asgi:application", host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False, lifespan="off",
+                "resonate_site.asgi:application",
+                host=host,
+                port=port,
+                workers=workers,
+                log_level=log_level,
+                access_log=False,
+                lifespan="off",
                 timeout_graceful_shutdown=GRACE_S,
             )
         finally:
