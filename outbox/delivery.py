@@ -31,7 +31,7 @@ class Outcome(Enum):
     DELIVERED = "delivered"
     DROPPED = "dropped"  # nobody to deliver to; execute is re-sent by the task's timers
     RETRY = "retry"
-    UNREACHED = "unreached"  # no stream connected right now: retried briefly, then dropped
+    UNREACHED = "unreached"  # no stream connected right now: retried for POLL_GRACE_MS, then dropped
 
 
 def deliver(keys=None, limit=BATCH):
@@ -124,8 +124,13 @@ def settled_as(message, outcome, now):
     """(state, next attempt time, delivered at) after an attempt with this outcome."""
     if outcome is Outcome.DELIVERED:
         return DeliveryState.DELIVERED, message.next_attempt_at, now
-    unreachable = outcome is Outcome.UNREACHED and message.attempts >= resonate_settings.POLL_ATTEMPTS
-    if outcome is Outcome.DROPPED or unreachable:
+    if outcome is Outcome.UNREACHED:
+        # A stream reconnects after each SSE_MAX_AGE_MS, and the SDKs wait a second before they do: a
+        # message sent in that gap waits for the new stream rather than being lost (unblock is never re-sent).
+        if now - message.created_at >= resonate_settings.POLL_GRACE_MS:
+            return DeliveryState.DROPPED, message.next_attempt_at, None
+        return DeliveryState.PENDING, now + resonate_settings.POLL_RETRY_MS, None
+    if outcome is Outcome.DROPPED:
         return DeliveryState.DROPPED, message.next_attempt_at, None
     if message.attempts >= resonate_settings.DELIVERY_ATTEMPTS:
         return DeliveryState.FAILED, message.next_attempt_at, None

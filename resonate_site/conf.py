@@ -22,7 +22,8 @@ DEFAULTS = {
     "HUB_URL": "",  # where SSE streams meet deliverers across processes: "" = in memory, or redis://…
     "DELIVERY_PASS_MS": 1000,  # how often undelivered and retry-due messages are looked at again (Beat: whole s)
     "DELIVERY_ATTEMPTS": 8,  # HTTP push attempts before a message is marked failed (D13)
-    "POLL_ATTEMPTS": 3,  # poll:// attempts while no stream is connected (a worker reconnecting) before dropping
+    "POLL_GRACE_MS": 10_000,  # how long a poll:// message waits for its stream to (re)connect before it is dropped
+    "POLL_RETRY_MS": 500,  # how often it is tried meanwhile (SDKs reconnect after a 1 s backoff)
     "DELIVERY_BACKOFF_MS": 1000,  # first retry delay of an HTTP push; doubles per attempt
     "DELIVERY_BACKOFF_MAX_MS": 60000,
     "PUSH_TIMEOUT_MS": 10000,  # one HTTP push attempt
@@ -40,7 +41,8 @@ POSITIVE = {
     "SWEEP_BATCH",
     "DELIVERY_PASS_MS",
     "DELIVERY_ATTEMPTS",
-    "POLL_ATTEMPTS",
+    "POLL_GRACE_MS",
+    "POLL_RETRY_MS",
     "DELIVERY_BACKOFF_MS",
     "DELIVERY_BACKOFF_MAX_MS",
     "PUSH_TIMEOUT_MS",

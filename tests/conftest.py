@@ -99,3 +99,34 @@ def execute(id, version, address=TARGET):
         "address": address,
         "message": {"kind": "execute", "head": {}, "data": {"task": {"id": id, "version": version}}},
     }
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run the tests marked slow (minutes each)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow are deselected (not skipped) unless --slow is given."""
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The figures the SDK scenarios recorded, also appended to var/sdk-timings.jsonl."""
+    from tests.e2e.sdk.conftest import TIMINGS
+    from tests.e2e.servers import ROOT
+
+    if not TIMINGS:
+        return
+    terminalreporter.section("released SDKs against this server: figures")
+    out = ROOT / "var" / "sdk-timings.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    with open(out, "a") as f:
+        for mode, scenario, figure, value, unit in TIMINGS:
+            terminalreporter.write_line(f"{mode:<10} {scenario:<34} {figure:<16} {value:>10.1f} {unit}")
+            row = {"mode": mode, "scenario": scenario, "figure": figure, "value": round(value, 1), "unit": unit}
+            f.write(orjson.dumps(row).decode() + "\n")

@@ -69,11 +69,17 @@ def start_embedded(env, log):
 
 
 @pytest.fixture(scope="module")
-def embedded(database_url, tmp_path_factory):
+def server_settings():
+    """RESONATE_* settings of the servers a module starts; a module overrides this fixture to change them."""
+    return FAST
+
+
+@pytest.fixture(scope="module")
+def embedded(database_url, server_settings, tmp_path_factory):
     """`manage.py serve` in its embedded mode: one process that serves, sweeps and delivers."""
     env = {
         **os.environ,
-        **FAST,
+        **server_settings,
         "DATABASE_URL": database_url,
         "RESONATE_BACKGROUND": "embedded",
         "RESONATE_HUB_URL": "",
@@ -91,7 +97,7 @@ def unique(request):
 
 
 @pytest.fixture(scope="module")
-def production(database_url, tmp_path_factory):
+def production(database_url, server_settings, tmp_path_factory):
     """Production mode: two server processes, a Celery worker and Celery Beat, PostgreSQL and Redis."""
     import redis
 
@@ -101,7 +107,7 @@ def production(database_url, tmp_path_factory):
     redis.Redis(db=redis_db).flushdb()
     env = {
         **os.environ,
-        **FAST,
+        **server_settings,
         "DATABASE_URL": database_url,
         "RESONATE_BACKGROUND": "celery",
         "RESONATE_HUB_URL": f"redis://127.0.0.1:6379/{redis_db}",

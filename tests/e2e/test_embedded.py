@@ -122,6 +122,16 @@ def test_a_stream_ends_after_its_maximum_age_and_the_worker_reconnects(embedded,
     assert worker.next(kind="execute")["data"]["task"]["id"] == unique
 
 
+def test_an_unblock_sent_while_the_listener_reconnects_arrives_on_its_next_stream(embedded, unique):
+    rpc = Client(embedded.url)
+    assert rpc("promise.create", {"id": unique, "timeoutAt": now_ms() + 60_000})[0] == 200
+    assert rpc("promise.register_listener", {"awaited": unique, "address": f"poll://uni@{unique}/c1"})[0] == 200
+    assert rpc("promise.settle", {"id": unique, "state": "resolved", "value": {}})[0] == 200
+    threading.Event().wait(2)  # no stream for 2 s: longer than an SDK's reconnect backoff
+    client = Listener(embedded.url, unique, "c1")
+    assert client.next(kind="unblock")["data"]["promise"]["id"] == unique
+
+
 class Receiver(http.server.BaseHTTPRequestHandler):
     """A push endpoint that fails with 500 a set number of times, then accepts."""
 
