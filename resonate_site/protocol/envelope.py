@@ -56,6 +56,21 @@ def answer(body, now=None):
     return reply(kind, corr_id, status, data)
 
 
+def perform(kind, data, now=None):
+    """Run one operation for the admin, the REST API or a management command: (status, data).
+
+    The same validation, handler and single transaction as POST /, so nothing an operator does can
+    skip the settlement scrub, a resume or a message. Debug operations are not reachable this way.
+    Raises Refusal (400, 404 for an unknown kind) when the request is not valid, and Busy.
+    """
+    operation = OPERATIONS.get(kind)
+    if operation is None or kind.startswith("debug."):
+        raise Refusal(404, f"Unknown operation: {kind}")
+    req = validate(operation, data)
+    req["corr_id"] = "operator"
+    return run_atomically(operation.handler, req, now if now is not None else now_ms())
+
+
 def echoed(envelope):
     """The kind and corrId a reply echoes, as far as the envelope lets them be read (§1.3)."""
     if not isinstance(envelope, dict):
