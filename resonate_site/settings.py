@@ -21,12 +21,16 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "resonate_site",
     "promises",
     "tasks",
     "schedules",
     "outbox",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -107,9 +111,22 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 
 REST_FRAMEWORK = {
+    # POST / authenticates by head.auth (resonate_site/auth.py); /api/ views name their own classes.
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Resonate server REST API",
+    "DESCRIPTION": "Operators' API over the same handlers as the protocol endpoint POST /.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # The docs page's JavaScript is served from this server, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 RESONATE = from_environment()

@@ -1,7 +1,7 @@
 """URL routes: the protocol endpoint at /, the workers' message streams, health checks, and the admin."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from outbox.streams import poll
 from resonate_site.health import health, ready
@@ -13,4 +13,5 @@ urlpatterns = [
     path("health", health, name="health"),
     path("ready", ready, name="ready"),
     path("admin/", admin.site.urls),
+    path("api/", include("api.urls")),
 ]

@@ -1,0 +1,3 @@
+"""The REST API under /api/: DRF viewsets over the protocol handlers, its OpenAPI schema and docs."""
+
+urlpatterns = []
