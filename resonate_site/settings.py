@@ -35,6 +35,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -106,6 +107,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+# The admin's and the API docs' static files, served by the server itself from the installed apps.
+WHITENOISE_USE_FINDERS = True
 
 # The protocol endpoint reads raw bodies itself; keep Django's own limit out of its way.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
