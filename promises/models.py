@@ -87,6 +87,7 @@ class Promise(models.Model):
             models.Index(fields=["timeout_at", "id"], name="promise_timeout_due", condition=Q(timeout_armed=True)),
             models.Index(fields=["branch", "id"], name="promise_branch", condition=Q(branch__isnull=False)),
             models.Index(fields=["state", "timeout_at"], name="promise_state"),
+            models.Index(fields=["created_at", "id"], name="promise_created"),  # the console lists newest first
         ]
 
     def __str__(self):

@@ -107,6 +107,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # empty unless collectstatic runs; WhiteNoise wants it to exist
 # The admin's and the API docs' static files, served by the server itself from the installed apps.
 WHITENOISE_USE_FINDERS = True
 

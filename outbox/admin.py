@@ -1,0 +1,91 @@
+"""The operations console's outbox: what is undelivered or failed, how often it was tried, and why."""
+
+from django.contrib import admin
+from django.db import transaction
+
+from outbox.dispatch import notify
+from outbox.models import DeliveryState, Message
+from resonate_site.admin_tools import CappedPaginator, date, pretty
+from resonate_site.clock import now_ms
+
+
+class DeliveryFilter(admin.SimpleListFilter):
+    """Undelivered (pending or failed) messages unless asked otherwise: they are what an operator looks for."""
+
+    title = "delivery"
+    parameter_name = "delivery"
+
+    def lookups(self, request, model_admin):
+        return [("undelivered", "Undelivered (pending or failed)"), *DeliveryState.choices, ("all", "All")]
+
+    def choices(self, changelist):
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": (self.value() or "undelivered") == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request, queryset):
+        value = self.value() or "undelivered"
+        if value == "undelivered":
+            return queryset.filter(state__in=[DeliveryState.PENDING, DeliveryState.FAILED])
+        if value in DeliveryState.values:
+            return queryset.filter(state=value)
+        return queryset
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    list_display = ("kind", "subject", "address", "state", "attempts", "last_error", "created", "next_attempt")
+    list_filter = (DeliveryFilter, "kind")
+    ordering = ("-id",)
+    search_fields = ("subject",)
+    search_help_text = "A task or promise id, or the start of one."
+    paginator = CappedPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # counts per filter value would scan the table
+    actions = ("redeliver",)
+    fields = ("kind", "subject", "address", "state", "attempts", "last_error", "created", "next_attempt")
+    fields += ("delivered", "body")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        return (queryset.filter(subject__startswith=term) if term else queryset), False
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, message):
+        return date(message.created_at)
+
+    @admin.display(description="next attempt")
+    def next_attempt(self, message):
+        return date(message.next_attempt_at) if message.state == DeliveryState.PENDING else "—"
+
+    @admin.display(description="delivered")
+    def delivered(self, message):
+        return date(message.delivered_at)
+
+    @admin.display(description="message as sent")
+    def body(self, message):
+        return pretty(message.body())
+
+    @admin.action(description="Redeliver selected messages now")
+    def redeliver(self, request, queryset):
+        """Back to pending with a fresh count of attempts, and the deliverer is told at once."""
+        keys = list(queryset.values_list("key", flat=True))
+        now = now_ms()
+        Message.objects.filter(key__in=keys).update(
+            state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, created_at=now, last_error=""
+        )
+        transaction.on_commit(lambda: notify(keys))
+        self.message_user(request, f"{len(keys)} message{'s' if len(keys) != 1 else ''} queued for delivery.")

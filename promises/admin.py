@@ -1,0 +1,226 @@
+"""The operations console's promises: find them, read them decoded, settle them through the settle handler.
+
+Nothing here edits protocol state directly. Resolve, reject and cancel run promise.settle (one transaction
+each, as POST / does), so listeners get their unblock and awaiters resume.
+"""
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from promises.models import Callback, Listener, Promise, PromiseState
+from promises.protocol import TARGET, tagged
+from resonate_site.admin_tools import CappedPaginator, date, decoded, encoded, perform_each, pretty
+from resonate_site.clock import now_ms
+
+
+class ProjectedStateFilter(admin.SimpleListFilter):
+    """The state readers see: a pending promise past its deadline shows as timed out (or resolved, a timer)."""
+
+    title = "state (as seen now)"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return PromiseState.choices
+
+    def queryset(self, request, queryset):
+        if self.value() in PromiseState.values:
+            return queryset.with_projected_state(self.value(), now_ms())
+        return queryset
+
+
+class HasTargetFilter(admin.SimpleListFilter):
+    title = "has target"
+    parameter_name = "targeted"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(tags__has_key=TARGET)
+        if self.value() == "no":
+            return queryset.exclude(tags__has_key=TARGET)
+        return queryset
+
+
+class SettleForm(forms.Form):
+    value = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
+        help_text='Optional JSON, e.g. {"approved": true}; stored base64-encoded as the SDKs expect.',
+    )
+
+    def clean_value(self):
+        try:
+            return encoded(self.cleaned_data["value"])
+        except ValueError as error:
+            raise forms.ValidationError(f"Not JSON: {error}") from error
+
+
+class CallbackInline(admin.TabularInline):
+    model = Callback
+    fk_name = "awaited"
+    fields = ("awaiter",)
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    verbose_name_plural = "Callbacks: promises that resume when this one settles"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class ListenerInline(admin.TabularInline):
+    model = Listener
+    fields = ("address",)
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    verbose_name_plural = "Listeners: addresses unblocked when this promise settles"
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+def already_settled(request, answer):
+    """promise.settle answers 200 with the promise as it is when it was settled before (or has expired)."""
+    if answer["promise"]["state"] != request["state"]:
+        return f"not changed: it was already {answer['promise']['state']}"
+    return None
+
+
+@admin.register(Promise)
+class PromiseAdmin(admin.ModelAdmin):
+    list_display = ("id", "state_now", "targeted", "timer", "created", "deadline", "settled")
+    list_filter = (ProjectedStateFilter, HasTargetFilter, "timer")
+    search_fields = ("id",)
+    search_help_text = "An id or the start of one; key=value finds promises with that tag."
+    ordering = ("-created_at", "-id")
+    paginator = CappedPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # counts per filter value would scan the table
+    list_per_page = 50
+    actions = ("resolve", "reject", "cancel")
+    inlines = (CallbackInline, ListenerInline)
+    fields = (
+        "id",
+        "state_now",
+        "stored_state",
+        "param_shown",
+        "value_shown",
+        "tags_shown",
+        "task_link",
+        "created",
+        "deadline",
+        "settled",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # read-only: settle with the actions
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # retention is `manage.py prune`
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        key, equals, value = term.partition("=")
+        if equals and key:
+            return tagged(queryset, "tags", {key.strip(): value.strip()}), False
+        return queryset.filter(id__startswith=term), False
+
+    @admin.display(description="state (now)")
+    def state_now(self, promise):
+        return promise.projected(now_ms()).state
+
+    @admin.display(description="stored state")
+    def stored_state(self, promise):
+        return promise.state
+
+    @admin.display(boolean=True, description="target")
+    def targeted(self, promise):
+        return TARGET in promise.tags
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, promise):
+        return date(promise.created_at)
+
+    @admin.display(description="timeout at", ordering="timeout_at")
+    def deadline(self, promise):
+        return date(promise.timeout_at)
+
+    @admin.display(description="settled")
+    def settled(self, promise):
+        return date(promise.projected(now_ms()).settled_at)
+
+    @admin.display(description="param")
+    def param_shown(self, promise):
+        return decoded(promise.param)
+
+    @admin.display(description="value")
+    def value_shown(self, promise):
+        return decoded(promise.projected(now_ms()).value)
+
+    @admin.display(description="tags")
+    def tags_shown(self, promise):
+        return pretty(promise.tags)
+
+    @admin.display(description="task")
+    def task_link(self, promise):
+        try:
+            task = promise.task
+        except Promise.task.RelatedObjectDoesNotExist:
+            return "—"
+        return format_html(
+            '<a href="{}">{} (version {})</a>',
+            reverse("admin:tasks_task_change", args=[quote(promise.pk)]),
+            task.projected(promise, now_ms()).state,
+            task.version,
+        )
+
+    @admin.action(description="Resolve selected promises…")
+    def resolve(self, request, queryset):
+        return self.settle(request, queryset, PromiseState.RESOLVED, "resolved")
+
+    @admin.action(description="Reject selected promises…")
+    def reject(self, request, queryset):
+        return self.settle(request, queryset, PromiseState.REJECTED, "rejected")
+
+    @admin.action(description="Cancel selected promises…")
+    def cancel(self, request, queryset):
+        return self.settle(request, queryset, PromiseState.REJECTED_CANCELED, "canceled")
+
+    def settle(self, request, queryset, state, done):
+        """First an intermediate page asks for the optional value; confirming it runs promise.settle per id."""
+        ids = list(queryset.values_list("id", flat=True)[:1000])
+        form = SettleForm(request.POST if "confirm" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            value = form.cleaned_data["value"]
+            requests = [{"id": id, "state": state, "value": value} for id in ids]
+            perform_each(request, "promise.settle", requests, done, unchanged=already_settled)
+            return None  # back to the list
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{done.capitalize()}: {len(ids)} promise{'s' if len(ids) != 1 else ''}",
+            "ids": ids,
+            "form": form,
+            "action": request.POST.get("action"),
+            "opts": self.model._meta,
+            "listed": format_html_join("", "<li><code>{}</code></li>", ((id,) for id in ids)),
+        }
+        return TemplateResponse(request, "admin/promises/settle.html", context)

@@ -1,0 +1,84 @@
+"""What the operations console's pages share: dates from milliseconds, decoded payloads, cheap paging, and
+running protocol operations on behalf of an operator."""
+
+import base64
+import binascii
+import contextlib
+import json
+from datetime import UTC, datetime
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from promises.transactions import Busy
+from resonate_site.protocol.envelope import Refusal, perform
+
+COUNT_CAP = 10_000  # lists count at most this many rows, then say "10000+": no full COUNT(*) over millions
+
+
+class CappedPaginator(Paginator):
+    """Counts no further than COUNT_CAP rows, so a list page costs the same on a table of millions."""
+
+    @cached_property
+    def count(self):
+        return self.object_list[: COUNT_CAP + 1].count()
+
+
+def date(ms):
+    """A millisecond timestamp as an ISO date in UTC ("—" for none)."""
+    if ms is None:
+        return "—"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+
+
+def decoded(value):
+    """A protocol value ({headers?, data?}) for people: data decoded from base64 JSON when it is that."""
+    if not value:
+        return "—"
+    shown = dict(value)
+    data = value.get("data")
+    if isinstance(data, str):
+        with contextlib.suppress(binascii.Error, ValueError):  # otherwise shown as stored
+            shown["data"] = json.loads(base64.b64decode(data, validate=True))
+    return format_html("<pre>{}</pre>", json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def pretty(value):
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def encoded(text):
+    """An operator's optional value, typed as JSON, as a protocol value (data = base64 of the JSON)."""
+    if text is None or not text.strip():
+        return {}
+    json.loads(text)  # raises ValueError for text that is not JSON
+    return {"data": base64.b64encode(text.strip().encode()).decode()}
+
+
+def perform_each(request, kind, requests, done, unchanged=lambda data, answer: None):
+    """Run one protocol operation per request, each in its own transaction; report every outcome.
+
+    `done` names the success ("resolved"); failures (404, 409, bad input, busy) are reported, not raised,
+    and so is a 200 that `unchanged(data, answer)` explains as not having done what was asked.
+    """
+    succeeded = 0
+    for data in requests:
+        try:
+            status, answer = perform(kind, data)
+        except Refusal as refusal:
+            status, answer = refusal.status, refusal.message
+        except Busy:
+            status, answer = 503, "server busy, try again"
+        problem = f"{status} {answer}" if status != 200 else unchanged(data, answer)
+        if problem:
+            messages.error(request, f"{kind} {data.get('id')}: {problem}")
+        else:
+            succeeded += 1
+    if succeeded:
+        messages.success(request, f"{succeeded} {done}.")
+    return succeeded
