@@ -20,6 +20,7 @@ from promises import rows
 from promises.transactions import run_atomically
 from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
+from resonate_site.metrics import deliveries_recorded, messages_claimed
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ def deliver(keys=None, limit=BATCH):
     """Send due messages (only those with `keys` if given); how many were claimed."""
     claimed = run_atomically(claim, keys, now_ms(), limit)
     if claimed:
+        messages_claimed(claimed)
         outcomes = send_all(claimed)
-        run_atomically(record, claimed, outcomes, now_ms())
+        deliveries_recorded(run_atomically(record, claimed, outcomes, now_ms()))
     return len(claimed)
 
 
@@ -94,7 +96,10 @@ def push(url, body):
 
 
 def record(messages, outcomes, now):
-    """Store each outcome, unless the message was replaced (or finished by another deliverer) meanwhile."""
+    """Store each outcome, unless the message was replaced (or finished by another deliverer) meanwhile.
+
+    Returns the state each attempt left its message in.
+    """
     updates = []
     for message, (outcome, detail) in zip(messages, outcomes, strict=True):
         state, next_attempt, delivered_at = settled_as(message, outcome, now)
@@ -118,6 +123,7 @@ def record(messages, outcomes, now):
             ' WHERE "id" = %s AND "attempts" = %s AND "created_at" = %s AND "state" = %s',
             updates,
         )
+    return [state for state, *_ in updates]
 
 
 def settled_as(message, outcome, now):

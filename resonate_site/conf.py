@@ -11,6 +11,11 @@ DEFAULTS = {
     "DEBUG": False,  # enables debug.* operations and head["resonate:debug_time"]
     "SERVER_URL": "",  # public URL of this server, sent as head.serverUrl in execute messages (D14)
     "MAX_BODY_BYTES": 10 * 1024 * 1024,  # larger request bodies get a 413
+    # Authentication of POST / and /poll (resonate_site/auth.py): bearer JWTs signed by this public key
+    "AUTH_PUBLIC_KEY_FILE": "",  # path of a PEM public key (RSA, EC P-256/P-384 or Ed25519); "" = no auth
+    "AUTH_ISSUER": "",  # when set, tokens must carry this `iss`
+    "AUTH_AUDIENCE": "",  # when set, tokens must carry this `aud`
+    "AUTH_DISABLED": False,  # run without auth where it is otherwise required (production, non-loopback hosts)
     # Database
     "DB_RETRIES": 10,  # attempts of a request that loses a race (deadlock, duplicate create) before a 503
     # Background work: "embedded" (threads in the `serve` process) or "celery" (Celery workers and Beat)
@@ -29,9 +34,13 @@ DEFAULTS = {
     "PUSH_TIMEOUT_MS": 10000,  # one HTTP push attempt
     "SSE_MAX_AGE_MS": 120_000,  # a poll stream ends after this, so the Python SDK reconnects (D12)
     "SSE_KEEPALIVE_MS": 15_000,  # a comment line this often on an idle stream
+    # Observability. METRICS_DIR is a directory (path) shared by this machine's server processes and Celery workers:
+    # each keeps its counters there and /metrics adds them up (prometheus_client multiprocess mode); "" = in memory.
+    "METRICS_DIR": "",
+    "LOG_FORMAT": "text",  # "text", or "json": one JSON object per log line
 }
 
-CHOICES = {"BACKGROUND": {"embedded", "celery"}}
+CHOICES = {"BACKGROUND": {"embedded", "celery"}, "LOG_FORMAT": {"text", "json"}}
 POSITIVE = {
     "RETRY_TIMEOUT_MS",
     "MAX_BODY_BYTES",

@@ -140,6 +140,7 @@ RESONATE = from_environment()
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through LOGGING (RESONATE_LOG_FORMAT)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
@@ -151,11 +152,27 @@ CELERY_BEAT_SCHEDULE = {
     "deliver": {"task": "outbox.tasks.deliver_due", "schedule": beat_seconds(RESONATE.get("DELIVERY_PASS_MS", 1000))},
 }
 
+# RESONATE_LOG_FORMAT=json: every line one JSON object (timestamp, level, logger, message, the record's extra fields).
+# The logger resonate.request has a line per protocol request (resonate_site/metrics.py says at which level).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": ["levelname", "name", "message"],
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if RESONATE.get("LOG_FORMAT") == "json" else "text",
+        }
+    },
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO").upper()},
     # Every 4xx of the protocol is an answer, not an incident.
     "loggers": {"django.request": {"level": "ERROR"}},
 }

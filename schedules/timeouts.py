@@ -8,6 +8,7 @@ from promises.handlers import promise_create
 from promises.models import Promise
 from promises.protocol import later
 from promises.transactions import run_atomically
+from resonate_site.metrics import schedule_promises_fired
 from schedules.cron import NEVER, expand, next_cron
 from schedules.models import Schedule
 from tasks.engine import on_task_lease_timeout, on_task_retry_timeout
@@ -16,6 +17,7 @@ from tasks.models import Task, TimeoutKind
 
 def catch_up(schedule, now):
     """Create the promise of every occurrence up to `now`, each as if created at its own cron time."""
+    fired = 0
     while schedule.next_run_at <= now and schedule.next_run_at != NEVER:
         cron_time = schedule.next_run_at
         promise_create(
@@ -29,6 +31,8 @@ def catch_up(schedule, now):
         )
         schedule.last_run_at = cron_time
         schedule.next_run_at = next_cron(schedule.cron, cron_time)
+        fired += 1
+    schedule_promises_fired(fired)
 
 
 def on_schedule_timeout(schedule_id, now):

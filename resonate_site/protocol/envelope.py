@@ -1,6 +1,7 @@
 """POST /: decode a request envelope, run its operation in one transaction, encode the reply (PROTOCOL.md §1)."""
 
 import logging
+import time
 
 import orjson
 from django.http import HttpResponse
@@ -10,8 +11,10 @@ from rest_framework.views import APIView
 
 from promises.protocol import I64_MAX, PROTOCOL_VERSION
 from promises.transactions import Busy, run_atomically
+from resonate_site.auth import Denied, authorize
 from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
+from resonate_site.metrics import request_answered
 from resonate_site.protocol.dispatch import OPERATIONS
 
 log = logging.getLogger(__name__)
@@ -116,6 +119,10 @@ def admit(envelope, now):
     if head["version"] != PROTOCOL_VERSION:
         supported = f'["{PROTOCOL_VERSION}"]'
         raise Refusal(400, f"Unsupported protocol version '{head['version']}', supported versions: {supported}")
+    try:
+        authorize(head.get("auth"), kind, envelope["data"])  # before the kind is looked up (§1.4 step 5)
+    except Denied as denied:
+        raise Refusal(denied.status, denied.message) from None
     operation = OPERATIONS.get(kind)
     if operation is None:
         raise Refusal(400, f"Unknown operation: {kind}")
@@ -166,6 +173,10 @@ class NoNegotiation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
+# What the metrics and the request log see when answering raised (Django then answers 500 itself).
+CRASHED = reply("unknown", "0", 500, "Internal server error")
+
+
 class ProtocolView(APIView):
     """POST / — the one endpoint of the protocol. The HTTP status always equals head.status."""
 
@@ -176,9 +187,13 @@ class ProtocolView(APIView):
     content_negotiation_class = NoNegotiation
 
     def post(self, request):
-        limit = resonate_settings.MAX_BODY_BYTES
-        if declared_length(request) > limit:
-            envelope = reply("unknown", "0", 413, f"Request body larger than {limit} bytes")
-        else:
-            envelope = answer(request.body)
+        started, envelope = time.perf_counter(), CRASHED
+        try:
+            limit = resonate_settings.MAX_BODY_BYTES
+            if declared_length(request) > limit:
+                envelope = reply("unknown", "0", 413, f"Request body larger than {limit} bytes")
+            else:
+                envelope = answer(request.body)
+        finally:
+            request_answered(envelope, time.perf_counter() - started, OPERATIONS)
         return HttpResponse(orjson.dumps(envelope), status=envelope["head"]["status"], content_type="application/json")

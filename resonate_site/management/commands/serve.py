@@ -7,10 +7,13 @@ timeouts and delivers messages, in two threads. In production mode Celery worker
 import threading
 
 import uvicorn
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from outbox.dispatch import Deliverer
+from resonate_site.auth import refuse_unprotected
 from resonate_site.conf import resonate_settings
+from resonate_site.metrics import clear_if_unused, multiprocess_dir
 from schedules.sweeper import keep_sweeping
 
 GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
@@ -29,6 +32,14 @@ class Command(BaseCommand):
         embedded = resonate_settings.BACKGROUND == "embedded"
         if embedded and workers > 1:
             raise CommandError("several server processes need RESONATE_BACKGROUND=celery (and a Redis hub)")
+        try:
+            refuse_unprotected(host)
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from error
+        if multiprocess_dir():
+            clear_if_unused(multiprocess_dir())
+        elif workers > 1:
+            self.stderr.write("without RESONATE_METRICS_DIR, /metrics counts only the server process that answers it")
         stop = threading.Event()
         if embedded:
             threading.Thread(
@@ -44,6 +55,7 @@ class Command(BaseCommand):
                 port=port,
                 workers=workers,
                 log_level=log_level,
+                log_config=None,  # uvicorn's lines go through Django's LOGGING (RESONATE_LOG_FORMAT)
                 access_log=False,
                 lifespan="off",
                 timeout_graceful_shutdown=GRACE_S,
