@@ -101,6 +101,7 @@ def main():
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/8",
         "RESONATE_SWEEP_PERIOD_MS": "1000",
         "RESONATE_SSE_MAX_AGE_MS": "600000",
+        "RESONATE_AUTH_DISABLED": "true",  # measured without auth
     }
     import redis
 

@@ -2,10 +2,11 @@
 
 import asyncio
 
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
 from outbox.hub import hub
+from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.conf import resonate_settings
 
 KEEPALIVE = ":\n\n"
@@ -14,6 +15,10 @@ KEEPALIVE = ":\n\n"
 @require_GET
 async def poll(request, group, id):
     """Stream this worker's messages (decision D12); the stream ends after SSE_MAX_AGE_MS and the SDK reconnects."""
+    try:
+        authenticate_stream(request.headers.get("Authorization"))
+    except Denied as denied:
+        return HttpResponse(denied.message, status=denied.status, content_type="text/plain")
     stream = await hub().register(group, id)
     response = StreamingHttpResponse(events(stream), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

@@ -113,6 +113,8 @@ def production(database_url, server_settings, tmp_path_factory):
         "RESONATE_HUB_URL": f"redis://127.0.0.1:6379/{redis_db}",
         "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db}",
         "RESONATE_SWEEP_PERIOD_MS": "1000",
+        # Production refuses to start without auth; these tests run it with a key only where they configure one.
+        "RESONATE_AUTH_DISABLED": "false" if "RESONATE_AUTH_PUBLIC_KEY_FILE" in server_settings else "true",
         "RESONATE_PUSH_TIMEOUT_MS": "2000",
         "RESONATE_DEBUG": "false",
     }

@@ -71,14 +71,16 @@ def wait_ready(url, process, timeout=60):
 class Client:
     """POST / envelopes to a running server."""
 
-    def __init__(self, url):
-        self.url = url
+    def __init__(self, url, token=None):
+        self.url, self.token = url, token
         self.http = httpx.Client(base_url=url, timeout=30)
         self.sent = 0
 
     def __call__(self, kind, data):
         self.sent += 1
         head = {"corrId": f"e2e-{self.sent}", "version": "2026-04-01"}
+        if self.token is not None:
+            head["auth"] = self.token
         response = self.http.post("/", content=orjson.dumps({"kind": kind, "head": head, "data": data}))
         envelope = response.json()
         assert envelope["head"]["status"] == response.status_code < 500, envelope

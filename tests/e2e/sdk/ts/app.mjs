@@ -50,7 +50,13 @@ function* napper(ctx, seconds) {
   return { before, after };
 }
 
-const resonate = new Resonate({ url, group: mode === "worker" ? group : `${group}-client` });
+// The token is passed explicitly: @resonatehq/sdk 0.11.5 reads RESONATE_TOKEN from the environment for
+// POST / but not for its SSE stream, which then gets 401 forever (see README, "The released SDKs").
+const resonate = new Resonate({
+  url,
+  group: mode === "worker" ? group : `${group}-client`,
+  token: process.env.RESONATE_TOKEN || undefined,
+});
 resonate.register("greet", greet);
 resonate.register("square", square);
 resonate.register("stamp", stamp);
