@@ -13,10 +13,13 @@ from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
+from resonate_site.auth import refuse_unprotected  # noqa: E402
+
 STREAM_PREFIXES = ("/poll/",)
 THREADS = int(os.environ.get("RESONATE_WSGI_THREADS", "2"))
 
 django_asgi = get_asgi_application()
+refuse_unprotected()  # production mode does not start without auth (resonate_site/auth.py)
 django_wsgi = WSGIMiddleware(get_wsgi_application(), workers=THREADS)
 
 

@@ -1,0 +1,56 @@
+"""manage.py deliver: send the outbox messages that are due, once or in a loop like the embedded deliverer."""
+
+import logging
+import time
+
+from django.db import close_old_connections
+
+from outbox.delivery import deliver_due
+from outbox.models import Pause
+from resonate_site.conf import resonate_settings
+from resonate_site.management.cli import ResonateCommand, duration, plural, stopped_by_signals
+
+log = logging.getLogger(__name__)
+
+
+def keep_delivering(seconds, stopping):
+    """deliver_due every DELIVERY_PASS_MS for `seconds` or until `stopping()`; how many messages it attempted."""
+    until = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < until and not stopping():
+        try:
+            close_old_connections()
+            if not Pause.is_paused():
+                sent += deliver_due()
+        except Exception:  # the database away for a moment must not end the loop
+            log.exception("delivery failed; trying again")
+        time.sleep(max(0.0, min(resonate_settings.DELIVERY_PASS_MS / 1000, until - time.monotonic())))
+    return sent
+
+
+class Command(ResonateCommand):
+    help = (
+        "Deliver due outbox messages (execute, unblock). poll:// messages reach streams of other processes only"
+        " through a shared hub (RESONATE_HUB_URL=redis://…)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--loop", action="store_true", help="keep delivering, until SIGTERM")
+        parser.add_argument("--stop-after", type=duration, help="with --loop: stop after this long (e.g. 10m)")
+        self.add_output_arguments(parser)
+
+    def handle(self, *args, loop, stop_after, json, **options):
+        if not resonate_settings.HUB_URL:
+            self.notice("RESONATE_HUB_URL is not set: no poll:// stream is connected to this process.")
+        if loop:
+            with stopped_by_signals() as stopping:
+                sent = keep_delivering(float("inf") if stop_after is None else stop_after / 1000, stopping)
+        elif Pause.is_paused():
+            self.notice("Background work is paused (debug.start): nothing delivered.")
+            sent = 0
+        else:
+            sent = deliver_due()
+        if json:
+            self.write_json({"attempted": sent})
+        else:
+            self.stdout.write(f"Attempted {plural(sent, 'message')}.")
