@@ -45,7 +45,7 @@ def page(tmp_path):
         raise RuntimeError(f"{CHROMIUM} is missing: bin/setup test installs Debian's chromium")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        context = browser.new_context(viewport={"width": 1600, "height": 900})
         yield context.new_page()
         browser.close()
 
