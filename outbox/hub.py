@@ -93,9 +93,12 @@ class MemoryHub:
             self.streams.setdefault(group, {})[stream.key] = stream
         return stream
 
-    async def unregister(self, stream):
+    async def withdraw(self, stream):
+        """Route nothing more to this stream (what is already on its way still reaches its queue)."""
         with self.lock:
             self.streams.get(stream.group, {}).pop(stream.key, None)
+
+    unregister = withdraw  # events are offered to the stream object itself: nothing else to forget
 
     def publish_all(self, messages):
         """Route each (address, message) to one stream; whether each was taken."""
@@ -145,10 +148,14 @@ class RedisHub:
         stream.refresher = asyncio.get_running_loop().create_task(self._refresh(stream))
         return stream
 
-    async def unregister(self, stream):
-        self.streams.pop(stream.key, None)
+    async def withdraw(self, stream):
+        """Route nothing more to this stream; what deliverers already sent still reaches it until unregister."""
         stream.refresher.cancel()
         await self.client.zrem(self.group_key(stream.group), self.member(stream))
+
+    async def unregister(self, stream):
+        await self.withdraw(stream)
+        self.streams.pop(stream.key, None)
 
     async def _advertise(self, stream):
         await self.client.zadd(self.group_key(stream.group), {self.member(stream): time.time() * 1000 + self.TTL_MS})

@@ -10,6 +10,7 @@ from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.conf import resonate_settings
 
 KEEPALIVE = ":\n\n"
+DRAIN_S = 0.5  # a stream that reached its maximum age stays open this long after it stops being advertised
 
 
 @require_GET
@@ -30,7 +31,6 @@ async def events(stream):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + resonate_settings.SSE_MAX_AGE_MS / 1000
     keepalive = resonate_settings.SSE_KEEPALIVE_MS / 1000
-    advertised = True
     try:
         yield KEEPALIVE  # the stream is open: clients see headers and a first line at once
         while (left := deadline - loop.time()) > 0:
@@ -38,10 +38,13 @@ async def events(stream):
                 yield await asyncio.wait_for(stream.queue.get(), timeout=min(keepalive, left))
             except TimeoutError:
                 yield KEEPALIVE
-        await hub().unregister(stream)
-        advertised = False
-        while not stream.queue.empty():  # what was routed here before the stream stopped being advertised
-            yield stream.queue.get_nowait()
+        # Stop being advertised, then pass on what deliverers routed here just before: a message they
+        # sent in that moment is marked delivered, and an unblock is never sent again.
+        await hub().withdraw(stream)
+        while True:
+            try:
+                yield await asyncio.wait_for(stream.queue.get(), timeout=DRAIN_S)
+            except TimeoutError:
+                break
     finally:
-        if advertised:
-            await hub().unregister(stream)
+        await hub().unregister(stream)
