@@ -106,13 +106,19 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked slow are deselected (not skipped) unless --slow is given."""
-    if config.getoption("--slow"):
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    """Deselected (never skipped): tests marked slow unless --slow is given, and tests marked postgres in
+    the SQLite pass (bin/test runs the PostgreSQL pass too)."""
+    from django.db import connection
+
+    def left_out(item):
+        if item.get_closest_marker("slow") and not config.getoption("--slow"):
+            return True
+        return bool(item.get_closest_marker("postgres")) and connection.vendor != "postgresql"
+
+    deselected = [item for item in items if left_out(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not left_out(item)]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -5,10 +5,6 @@ from django.db import connection
 
 from resonate_site.protocol.envelope import answer
 
-postgresql_only = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="only PostgreSQL connections can be closed by the server"
-)
-
 
 def envelope(kind, data):
     import orjson
@@ -16,7 +12,7 @@ def envelope(kind, data):
     return orjson.dumps({"kind": kind, "head": {"corrId": "c", "version": "2026-04-01"}, "data": data})
 
 
-@postgresql_only
+@pytest.mark.postgres  # only PostgreSQL connections can be closed by the server
 @pytest.mark.django_db(transaction=True)
 def test_a_request_after_the_database_dropped_the_connection_succeeds_on_a_new_one():
     assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200

@@ -102,7 +102,7 @@ def production(database_url, server_settings, tmp_path_factory):
     import redis
 
     if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
-        pytest.skip("production mode runs on PostgreSQL; it is tested in the PostgreSQL pass")
+        raise RuntimeError("production mode runs on PostgreSQL: mark the test postgres")
     redis_db = 7
     redis.Redis(db=redis_db).flushdb()
     env = {

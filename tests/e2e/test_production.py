@@ -3,7 +3,11 @@
 import signal
 import threading
 
+import pytest
+
 from tests.e2e.servers import Client, Listener, now_ms
+
+pytestmark = pytest.mark.postgres  # production mode runs on PostgreSQL
 
 
 def callback(awaited, awaiter):
