@@ -15,7 +15,7 @@ from rest_framework import parsers, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import IsAdminUser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -140,7 +140,7 @@ def error_reply(exc, context):
 
 class ProtocolViewSet(viewsets.ViewSet):
     authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAdminUser]  # operators: staff users of the console
     parser_classes = [ProtocolJSONParser]
     renderer_classes = [JSONRenderer]
     lookup_field = "id"

@@ -5,7 +5,7 @@ from django.db import transaction
 
 from outbox.dispatch import notify
 from outbox.models import DeliveryState, Message
-from resonate_site.admin_tools import CappedPaginator, date, pretty
+from resonate_site.admin_tools import CappedPaginator, Operable, date, pretty
 from resonate_site.clock import now_ms
 
 
@@ -36,7 +36,7 @@ class DeliveryFilter(admin.SimpleListFilter):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(Operable, admin.ModelAdmin):
     list_display = ("kind", "subject", "address", "state", "attempts", "last_error", "created", "next_attempt")
     list_filter = (DeliveryFilter, "kind")
     ordering = ("-id",)
@@ -79,13 +79,9 @@ class MessageAdmin(admin.ModelAdmin):
     def body(self, message):
         return pretty(message.body())
 
-    @admin.action(description="Redeliver selected messages now")
+    @admin.action(description="Redeliver selected undelivered messages now", permissions=["operate"])
     def redeliver(self, request, queryset):
-        """Back to pending with a fresh count of attempts, and the deliverer is told at once."""
-        keys = list(queryset.values_list("key", flat=True))
-        now = now_ms()
-        Message.objects.filter(key__in=keys).update(
-            state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, created_at=now, last_error=""
-        )
+        """Undelivered (pending, failed or dropped) messages go back to pending with fresh attempts, at once."""
+        keys = Message.objects.redeliver(list(queryset.values_list("key", flat=True)), now_ms())
         transaction.on_commit(lambda: notify(keys))
         self.message_user(request, f"{len(keys)} message{'s' if len(keys) != 1 else ''} queued for delivery.")

@@ -35,9 +35,9 @@ class Outcome(Enum):
     UNREACHED = "unreached"  # no stream connected right now: retried for POLL_GRACE_MS, then dropped
 
 
-def deliver(keys=None, limit=BATCH):
-    """Send due messages (only those with `keys` if given); how many were claimed."""
-    claimed = run_atomically(claim, keys, now_ms(), limit)
+def deliver(keys=None, limit=BATCH, push_only=False):
+    """Send due messages (only those with `keys` if given; only http(s) ones if `push_only`); how many were claimed."""
+    claimed = run_atomically(claim, keys, now_ms(), limit, push_only)
     if claimed:
         messages_claimed(claimed)
         outcomes = send_all(claimed)
@@ -45,18 +45,20 @@ def deliver(keys=None, limit=BATCH):
     return len(claimed)
 
 
-def deliver_due():
+def deliver_due(push_only=False):
     """Everything due, batch by batch: the periodic pass that catches what on-commit delivery missed."""
     total = 0
-    while count := deliver():
+    while count := deliver(push_only=push_only):
         total += count
     return total
 
 
-def claim(keys, now, limit):
+def claim(keys, now, limit, push_only=False):
     """Take up to `limit` due messages: count the attempt, and hold them for a lease."""
     lease = resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
     which = f' AND "key" IN ({rows.placeholders(keys)})' if keys else ""
+    if push_only:  # a process with no hub reaches no stream: it must not try poll:// messages (and drop them)
+        which += """ AND "address" NOT LIKE 'poll://%%'"""
     lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     return rows.fetch_sql(
         Message,

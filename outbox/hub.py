@@ -154,8 +154,10 @@ class RedisHub:
         await self.client.zrem(self.group_key(stream.group), self.member(stream))
 
     async def unregister(self, stream):
-        await self.withdraw(stream)
-        self.streams.pop(stream.key, None)
+        try:
+            await self.withdraw(stream)
+        finally:
+            self.streams.pop(stream.key, None)
 
     async def _advertise(self, stream):
         await self.client.zadd(self.group_key(stream.group), {self.member(stream): time.time() * 1000 + self.TTL_MS})

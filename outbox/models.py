@@ -47,6 +47,15 @@ class MessageQuerySet(models.QuerySet):
     def undelivered(self):
         return self.filter(state=DeliveryState.PENDING)
 
+    def redeliver(self, keys, now):
+        """An operator's retry: these messages, unless delivered already, go out again with fresh attempts."""
+        again = self.filter(key__in=keys).exclude(state=DeliveryState.DELIVERED)
+        keys = list(again.values_list("key", flat=True))
+        self.filter(key__in=keys).update(
+            state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, created_at=now, last_error=""
+        )
+        return keys
+
     def set_message(self, kind, subject, address, data, now):
         """Insert or replace the message with this key, ready to be delivered again; its key."""
         return self.set_messages([(kind, subject, address, data)], now)[0]

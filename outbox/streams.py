@@ -20,14 +20,16 @@ async def poll(request, group, id):
         authenticate_stream(request.headers.get("Authorization"))
     except Denied as denied:
         return HttpResponse(denied.message, status=denied.status, content_type="text/plain")
-    stream = await hub().register(group, id)
-    response = StreamingHttpResponse(events(stream), content_type="text/event-stream")
+    response = StreamingHttpResponse(events(group, id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies must not hold events back
     return response
 
 
-async def events(stream):
+async def events(group, id):
+    """The stream's lines. It is registered here, not in the view, so a client gone before the first line
+    never leaves a registered stream behind (the finally below runs only once the generator has started)."""
+    stream = await hub().register(group, id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + resonate_settings.SSE_MAX_AGE_MS / 1000
     keepalive = resonate_settings.SSE_KEEPALIVE_MS / 1000

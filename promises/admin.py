@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from promises.models import Callback, Listener, Promise, PromiseState
 from promises.protocol import TARGET, tagged
-from resonate_site.admin_tools import CappedPaginator, date, decoded, encoded, perform_each, pretty
+from resonate_site.admin_tools import CappedPaginator, Operable, date, decoded, encoded, perform_each, pretty
 from resonate_site.clock import now_ms
 
 
@@ -100,7 +100,7 @@ def already_settled(request, answer):
 
 
 @admin.register(Promise)
-class PromiseAdmin(admin.ModelAdmin):
+class PromiseAdmin(Operable, admin.ModelAdmin):
     list_display = ("id", "state_now", "targeted", "timer", "created", "deadline", "settled")
     list_filter = (ProjectedStateFilter, HasTargetFilter, "timer")
     search_fields = ("id",)
@@ -193,15 +193,15 @@ class PromiseAdmin(admin.ModelAdmin):
             task.version,
         )
 
-    @admin.action(description="Resolve selected promises…")
+    @admin.action(description="Resolve selected promises…", permissions=["operate"])
     def resolve(self, request, queryset):
         return self.settle(request, queryset, PromiseState.RESOLVED, "resolved")
 
-    @admin.action(description="Reject selected promises…")
+    @admin.action(description="Reject selected promises…", permissions=["operate"])
     def reject(self, request, queryset):
         return self.settle(request, queryset, PromiseState.REJECTED, "rejected")
 
-    @admin.action(description="Cancel selected promises…")
+    @admin.action(description="Cancel selected promises…", permissions=["operate"])
     def cancel(self, request, queryset):
         return self.settle(request, queryset, PromiseState.REJECTED_CANCELED, "canceled")
 

@@ -18,6 +18,15 @@ from resonate_site.protocol.envelope import Refusal, perform
 COUNT_CAP = 10_000  # lists count at most this many rows, then say "10000+": no full COUNT(*) over millions
 
 
+class Operable:
+    """For read-only pages whose actions run protocol operations: the actions need the model's change
+    permission (its rows are never edited by hand, so that permission means "may operate")."""
+
+    def has_operate_permission(self, request):
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+
 class CappedPaginator(Paginator):
     """Counts no further than COUNT_CAP rows, so a list page costs the same on a table of millions."""
 
@@ -56,8 +65,12 @@ def encoded(text):
     """An operator's optional value, typed as JSON, as a protocol value (data = base64 of the JSON)."""
     if text is None or not text.strip():
         return {}
-    json.loads(text)  # raises ValueError for text that is not JSON
+    json.loads(text, parse_constant=refuse)  # raises ValueError for text that is not JSON
     return {"data": base64.b64encode(text.strip().encode()).decode()}
+
+
+def refuse(constant):
+    raise ValueError(f"{constant} is not JSON that the SDKs read")
 
 
 def perform_each(request, kind, requests, done, unchanged=lambda data, answer: None):

@@ -2,7 +2,8 @@
 
 A token's claims decide: `role: admin` (any letter case) may do everything; otherwise the `prefix` claim
 must be a string, and a non-empty prefix must start the request's resource id. The token travels in
-head.auth on POST / and in the Authorization header on /poll (which authenticates, never authorises).
+head.auth on POST / and in the Authorization header on /poll, which authenticates but does not authorise
+(as in the reference server): any valid token may open any stream.
 
 Auth is on whenever RESONATE_AUTH_PUBLIC_KEY_FILE names a key. Without one it is off, which is allowed
 only for the embedded server on a loopback address, or when RESONATE_AUTH_DISABLED says so.
@@ -20,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from resonate_site.conf import resonate_settings
 
 UNAUTHORIZED, FORBIDDEN = (401, "Unauthorized"), (403, "Forbidden")
+LEEWAY_S = 60  # clock skew tolerated between the token issuer and this server (exp, iat, nbf)
 
 
 class Denied(Exception):
@@ -66,6 +68,7 @@ def claims(token):
             issuer=resonate_settings.AUTH_ISSUER or None,
             audience=resonate_settings.AUTH_AUDIENCE or None,
             options=options,
+            leeway=LEEWAY_S,
         )
     except jwt.PyJWTError as error:
         raise Denied(UNAUTHORIZED[0], f"Unauthorized: {error}") from error
@@ -79,8 +82,6 @@ BY_ID = {
     "task.acquire",
     "task.release",
     "task.fulfill",
-    "task.suspend",
-    "task.fence",
     "task.halt",
     "task.continue",
     "schedule.get",
@@ -88,19 +89,35 @@ BY_ID = {
 }
 
 
+def inner(action, field):
+    """A field of a nested action's data (task.create, task.fence, task.suspend), when it is there."""
+    data = action.get("data") if isinstance(action, dict) else None
+    return data.get(field) if isinstance(data, dict) else None
+
+
 def resource_ids(kind, data):
-    """The ids a request acts on (§8.1); [""] for searches, debug and unknown kinds (admin or empty prefix only)."""
+    """Every id a request names (§8.1, plus the ids of nested actions); [""] for searches, debug and unknown kinds.
+
+    Beyond the reference server, nested actions count too: a fence's inner promise.create or settle and a
+    suspend's awaited promises act on ids of their own, so a prefix must cover them as well.
+    """
     if kind in BY_ID:
         ids = [data.get("id")]
-    elif kind in ("promise.register_callback", "promise.register_listener"):
+    elif kind == "promise.register_callback":
+        ids = [data.get("awaited"), data.get("awaiter")]
+    elif kind == "promise.register_listener":
         ids = [data.get("awaited")]
     elif kind == "schedule.create":
-        ids = [data.get("promiseId")]
+        ids = [data.get("id"), data.get("promiseId")]
     elif kind == "task.create":
-        inner = data.get("action")
-        inner = inner.get("data") if isinstance(inner, dict) else None
-        ids = [inner.get("id")] if isinstance(inner, dict) else []
+        ids = [inner(data.get("action"), "id")]
+    elif kind == "task.fence":
+        ids = [data.get("id"), inner(data.get("action"), "id")]
+    elif kind == "task.suspend":
+        actions = data.get("actions")
+        ids = [data.get("id"), *(inner(a, "awaited") for a in (actions if isinstance(actions, list) else []))]
     elif kind == "task.heartbeat":
+        # An empty list renews the caller's own pid's leases (extension E1; the TypeScript SDK sends only that).
         tasks = data.get("tasks")
         ids = [t.get("id") for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
     else:

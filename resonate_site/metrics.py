@@ -6,6 +6,7 @@ With RESONATE_METRICS_DIR every process (server processes, Celery workers) keeps
 
 import logging
 import os
+import time
 from collections import Counter as Tally
 from functools import cache
 from pathlib import Path
@@ -140,17 +141,34 @@ class DatabaseGauges:
         return self.families()
 
     def collect(self):
-        now = now_ms()
+        """The gauges, counted at most once per GAUGES_MAX_AGE_S per process: a scrape (or anyone who can
+        reach /metrics) does not make the database count pending promises on every request."""
+        global _counted
+        at, counts = _counted
+        if counts is None or time.monotonic() - at > GAUGES_MAX_AGE_S:
+            try:
+                counts = self.count(now_ms())
+            except DatabaseError as error:  # the counters are still worth serving
+                log.warning("metrics: the database gauges are left out: %s", error)
+                return []
+            _counted = (time.monotonic(), counts)
         pending, due, undelivered = self.families()
-        try:
-            pending.add_metric([], Promise.objects.with_projected_state(PromiseState.PENDING, now).count())
-            for kind, entries in DUE.items():
-                due.add_metric([kind], entries(now).count())
-            undelivered.add_metric([], Message.objects.undelivered().count())
-        except DatabaseError as error:  # the counters are still worth serving
-            log.warning("metrics: the database gauges are left out: %s", error)
-            return []
+        pending.add_metric([], counts["pending"])
+        for kind in DUE:
+            due.add_metric([kind], counts[kind])
+        undelivered.add_metric([], counts["undelivered"])
         return [pending, due, undelivered]
+
+    @staticmethod
+    def count(now):
+        counts = {"pending": Promise.objects.with_projected_state(PromiseState.PENDING, now).count()}
+        counts.update({kind: entries(now).count() for kind, entries in DUE.items()})
+        counts["undelivered"] = Message.objects.undelivered().count()
+        return counts
+
+
+GAUGES_MAX_AGE_S = 10
+_counted = (0.0, None)  # (when, counts) of the last count in this process
 
 
 if not multiprocess_dir():

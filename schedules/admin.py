@@ -72,6 +72,8 @@ class ScheduleForm(forms.ModelForm):
     def clean(self):
         cleaned = super().clean()
         if not self.errors:
+            if Schedule.objects.filter(pk=cleaned.get("id")).exists():
+                raise forms.ValidationError("A schedule with this id exists; delete it first to replace it.")
             status, answer = self.create()
             if status != 200:
                 raise forms.ValidationError(f"schedule.create answered {status}: {answer}")
@@ -114,7 +116,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         return [(None, {"fields": fields + (("next_runs",) if obj is not None else ())})]
 
     def has_change_permission(self, request, obj=None):
-        return obj is None  # a schedule is created or deleted, never edited
+        # a schedule is created or deleted, never edited: the add page alone needs it
+        return obj is None and super().has_change_permission(request)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

@@ -5,7 +5,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html
 
-from resonate_site.admin_tools import CappedPaginator, date, perform_each
+from resonate_site.admin_tools import CappedPaginator, Operable, date, perform_each
 from resonate_site.clock import now_ms
 from tasks.models import Task, TaskState, TimeoutKind
 
@@ -26,7 +26,7 @@ class ProjectedStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(Operable, admin.ModelAdmin):
     list_display = ("id", "state_now", "version", "pid", "lease_expires", "retry_at", "resumes_count")
     list_filter = (ProjectedStateFilter,)
     list_select_related = ("promise",)
@@ -87,11 +87,11 @@ class TaskAdmin(admin.ModelAdmin):
         url = reverse("admin:promises_promise_change", args=[quote(task.pk)])
         return format_html('<a href="{}">{}</a>', url, task.pk)
 
-    @admin.action(description="Halt selected tasks")
+    @admin.action(description="Halt selected tasks", permissions=["operate"])
     def halt(self, request, queryset):
         perform_each(request, "task.halt", [{"id": id} for id in queryset.values_list("pk", flat=True)], "halted")
 
-    @admin.action(description="Continue selected halted tasks")
+    @admin.action(description="Continue selected halted tasks", permissions=["operate"])
     def resume(self, request, queryset):
         ids = queryset.values_list("pk", flat=True)
         perform_each(request, "task.continue", [{"id": id} for id in ids], "continued")

@@ -194,3 +194,44 @@ def test_the_outbox_lists_undelivered_messages_and_redelivers(admin_client, prot
     )
     message.refresh_from_db()
     assert (message.state, message.attempts, message.last_error) == (DeliveryState.PENDING, 0, "")
+
+
+def test_a_view_only_operator_sees_but_cannot_act(client, protocol, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_promise"))
+    client.force_login(viewer)
+    assert protocol("promise.create", create("a", soon())).status == 200
+    page = client.get(changelist(Promise))
+    assert page.status_code == 200 and b"Resolve selected" not in page.content
+    client.post(changelist(Promise), {"action": "resolve", "_selected_action": ["a"], "value": "", "confirm": "1"})
+    assert protocol("promise.get", {"id": "a"}).data["promise"]["state"] == "pending"
+    assert client.get(reverse("admin:schedules_schedule_changelist")).status_code == 403
+
+
+def test_redeliver_leaves_delivered_messages_alone(admin_client, protocol):
+    from outbox.models import DeliveryState, Message
+
+    assert protocol("promise.create", targeted("job", soon())).status == 200
+    Message.objects.update(state=DeliveryState.DELIVERED, attempts=1)
+    [message] = Message.objects.all()
+    redeliver = {"action": "redeliver", "_selected_action": [message.pk], "index": 0}
+    assert admin_client.post(changelist(Message), redeliver).status_code == 302
+    message.refresh_from_db()
+    assert message.state == DeliveryState.DELIVERED
+
+
+def test_a_schedule_id_in_use_is_refused_not_silently_kept(admin_client, protocol):
+    schedule = {"id": "s", "cron": "0 3 * * *", "promiseId": "s.{{.timestamp}}", "promiseTimeout": 1000}
+    assert protocol("schedule.create", schedule).status == 200
+    form = {"id": "s", "cron": "0 4 * * *", "promise_id": "x", "promise_timeout": 5, "promise_param": "{}"}
+    answer = admin_client.post(reverse("admin:schedules_schedule_add"), {**form, "promise_tags": "{}"})
+    assert answer.status_code == 200 and b"delete it first" in answer.content
+    assert protocol("schedule.get", {"id": "s"}).data["schedule"]["cron"] == "0 3 * * *"
+
+
+def test_a_value_with_nan_is_refused(admin_client, protocol):
+    assert protocol("promise.create", create("a", soon())).status == 200
+    answer = settle_through_the_console(admin_client, ["a"], "resolve", '{"x": NaN}')
+    assert answer.status_code == 200 and b"Not JSON" in answer.content

@@ -53,7 +53,7 @@ class Api:
 
 @pytest.fixture
 def operator(db):
-    return User.objects.create_user("operator")  # no password: hashing one takes half a second
+    return User.objects.create_user("operator", is_staff=True)  # no password: hashing one takes half a second
 
 
 @pytest.fixture
@@ -122,6 +122,12 @@ def test_an_unknown_token_gets_401(anonymous):
 def test_a_logged_in_session_is_enough(anonymous, operator):
     anonymous.client.force_login(operator)
     assert anonymous.get("promises") == (200, {"promises": []})
+
+
+def test_a_user_who_is_not_staff_is_refused(anonymous, db):
+    anonymous.client.force_login(User.objects.create_user("customer"))
+    status, data = anonymous.get("promises")
+    assert status == 403 and "permission" in data["error"]
 
 
 def test_a_session_needs_a_csrf_token_to_change_anything(operator):

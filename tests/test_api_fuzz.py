@@ -62,7 +62,7 @@ def token(db):
             "schedule.create",
             {"id": id, "cron": "0 2 * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 1},
         )
-    return Token.objects.create(user=User.objects.create_user("fuzzer")).key
+    return Token.objects.create(user=User.objects.create_user("fuzzer", is_staff=True)).key
 
 
 @schema.parametrize()

@@ -69,7 +69,7 @@ def test_a_missing_or_malformed_token_is_unauthorized(protocol, issuer, token):
 def test_expired_forged_and_claimless_tokens_are_unauthorized(protocol, issuer):
     other = Issuer(issuer.algorithm, KEYS[issuer.algorithm]())
     no_exp = jwt.encode({"role": "admin"}, issuer.private_key, issuer.algorithm)
-    for token in [issuer.token(expires_in=-10, role="admin"), other.token(role="admin"), no_exp]:
+    for token in [issuer.token(expires_in=-120, role="admin"), other.token(role="admin"), no_exp]:
         assert as_(protocol, token)("promise.get", {"id": "a"}).status == 401
 
 
@@ -100,6 +100,37 @@ def test_a_prefix_limits_a_token_to_its_ids(protocol, issuer):
     assert send("promise.search", {}).status == 403  # a search names no id: admin or an empty prefix only
 
 
+def test_a_prefix_covers_every_id_a_request_names_nested_actions_included(protocol, issuer):
+    admin = as_(protocol, issuer.token(role="admin"))
+    assert admin("promise.create", targeted("tenant-a/wf", 10**13)).status == 200
+    assert admin("promise.create", create("tenant-b/secret", 10**13)).status == 200
+    assert admin("task.acquire", {"id": "tenant-a/wf", "version": 0, "pid": "w", "ttl": 60_000}).status == 200
+    send = as_(protocol, issuer.token(prefix="tenant-a/"))
+    settle = {"kind": "promise.settle", "head": {}, "data": {"id": "tenant-b/secret", "state": "resolved"}}
+    assert send("task.fence", {"id": "tenant-a/wf", "version": 1, "action": settle}).status == 403
+    callback = {
+        "kind": "promise.register_callback",
+        "head": {},
+        "data": {"awaited": "tenant-b/secret", "awaiter": "tenant-a/wf"},
+    }
+    assert send("task.suspend", {"id": "tenant-a/wf", "version": 1, "actions": [callback]}).status == 403
+    assert send("promise.register_callback", callback["data"]).status == 403
+    schedule = {
+        "id": "tenant-b-nightly",
+        "cron": "0 3 * * *",
+        "promiseId": "tenant-a/{{.timestamp}}",
+        "promiseTimeout": 1,
+    }
+    assert send("schedule.create", schedule).status == 403
+    assert admin("promise.get", {"id": "tenant-b/secret"}).data["promise"]["state"] == "pending"
+    assert send("task.heartbeat", {"pid": "w", "tasks": []}).status == 200  # extension E1: the caller's own pid
+
+
+def test_a_token_issued_by_a_clock_slightly_ahead_is_accepted(protocol, issuer):
+    ahead = issuer.token(role="admin", iat=int(time.time()) + 30, nbf=int(time.time()) + 30)
+    assert as_(protocol, ahead)("promise.get", {"id": "a"}).status == 404
+
+
 def test_an_empty_prefix_allows_everything_and_no_prefix_nothing(protocol, issuer):
     assert as_(protocol, issuer.token(prefix=""))("promise.search", {}).status == 200
     assert as_(protocol, issuer.token())("promise.get", {"id": "a"}).status == 403
@@ -126,7 +157,7 @@ def test_auth_comes_before_the_unknown_kind_check(protocol, issuer):
 def test_streams_need_a_valid_bearer_token(client, db, issuer):
     assert client.get("/poll/g/1").status_code == 401
     assert client.get("/poll/g/1", headers={"Authorization": "Bearer nonsense"}).status_code == 401
-    expired = issuer.token(expires_in=-10, prefix="")
+    expired = issuer.token(expires_in=-120, prefix="")
     assert client.get("/poll/g/1", headers={"Authorization": f"Bearer {expired}"}).status_code == 401
 
 

@@ -333,6 +333,14 @@ def test_deliver_attempts_due_messages_once():
     assert run("deliver")[0] == "Attempted 0 messages.\n"  # the retry is not due yet
 
 
+def test_deliver_without_a_hub_leaves_poll_messages_to_the_server_that_holds_the_streams():
+    create("wf", tags={"resonate:target": TARGET})
+    out, err = run("deliver")
+    assert out == "Attempted 0 messages.\n" and "poll://" in err
+    message = Message.objects.get(subject="wf")
+    assert (message.attempts, message.state) == (0, DeliveryState.PENDING)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_deliver_loop_stops_after_its_time():
     create("wf", tags={"resonate:target": "http://127.0.0.1:9/unreachable"})

@@ -13,6 +13,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox.delivery import deliver_due
+from resonate_site import metrics as metrics_module
 from resonate_site.metrics import clear_if_unused
 from resonate_site.protocol import envelope
 from schedules.timeouts import sweep
@@ -22,8 +23,10 @@ from tests.e2e.servers import ROOT
 FAR = 4_102_444_800_000  # 2100: never due while these tests run
 
 
-def scrape(client):
-    """Every sample of GET /metrics: {(name, frozenset of labels): value}."""
+def scrape(client, fresh=True):
+    """Every sample of GET /metrics: {(name, frozenset of labels): value}; `fresh`: gauges counted anew."""
+    if fresh:
+        metrics_module._counted = (0.0, None)
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
@@ -105,6 +108,13 @@ def test_the_gauges_count_what_the_database_holds(protocol, client):
     assert value(samples, "resonate_timeouts_due", kind="lease") == 0
     assert value(samples, "resonate_timeouts_due", kind="schedule") == 1
     assert value(samples, "resonate_messages_undelivered") == 1
+
+
+def test_the_gauges_are_counted_at_most_once_per_interval(protocol, client):
+    before = scrape(client)[("resonate_promises_pending", frozenset())]
+    assert protocol("promise.create", {"id": "p", "timeoutAt": 10**13}).status == 200
+    assert scrape(client, fresh=False)[("resonate_promises_pending", frozenset())] == before  # still cached
+    assert scrape(client)[("resonate_promises_pending", frozenset())] == before + 1
 
 
 def test_fired_timeouts_and_delivered_messages_leave_the_gauges(protocol, client, monkeypatch):

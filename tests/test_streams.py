@@ -10,17 +10,15 @@ def test_a_message_routed_as_the_stream_reaches_its_maximum_age_still_reaches_th
     settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 100, "SSE_KEEPALIVE_MS": 1000, "HUB_URL": ""}
 
     async def scenario():
-        stream = await hub().register("drain", "w1")
-        received = [item async for item in with_late_message(stream)]
+        received = []
+        lines = events("drain", "w1")
+        received.append(await anext(lines))  # the stream is registered and open
+        [stream] = hub().streams["drain"].values()
+        # In flight when the stream stops being advertised (0.1 s): it arrives during the drain.
+        asyncio.get_running_loop().call_later(0.1 + DRAIN_S / 2, stream._put, "data: late\n\n")
+        received += [item async for item in lines]
         routed_after = hub().publish_all([("poll://uni@drain/w1", {"kind": "unblock"})])
         return received, routed_after
-
-    async def with_late_message(stream):
-        loop = asyncio.get_running_loop()
-        # In flight when the stream stops being advertised (0.1 s): it arrives during the drain.
-        loop.call_later(0.1 + DRAIN_S / 2, stream._put, "data: late\n\n")
-        async for item in events(stream):
-            yield item
 
     received, routed_after = asyncio.run(scenario())
     assert "data: late\n\n" in received

@@ -13,7 +13,7 @@ from resonate_site.management.cli import ResonateCommand, duration, plural, stop
 log = logging.getLogger(__name__)
 
 
-def keep_delivering(seconds, stopping):
+def keep_delivering(seconds, stopping, push_only=False):
     """deliver_due every DELIVERY_PASS_MS for `seconds` or until `stopping()`; how many messages it attempted."""
     until = time.monotonic() + seconds
     sent = 0
@@ -21,7 +21,7 @@ def keep_delivering(seconds, stopping):
         try:
             close_old_connections()
             if not Pause.is_paused():
-                sent += deliver_due()
+                sent += deliver_due(push_only)
         except Exception:  # the database away for a moment must not end the loop
             log.exception("delivery failed; trying again")
         time.sleep(max(0.0, min(resonate_settings.DELIVERY_PASS_MS / 1000, until - time.monotonic())))
@@ -40,16 +40,20 @@ class Command(ResonateCommand):
         self.add_output_arguments(parser)
 
     def handle(self, *args, loop, stop_after, json, **options):
-        if not resonate_settings.HUB_URL:
-            self.notice("RESONATE_HUB_URL is not set: no poll:// stream is connected to this process.")
+        # Without a shared hub no poll:// stream is reachable from here: trying those messages would only
+        # drop them (an unblock is never sent again), so they are left to the server that holds the streams.
+        push_only = not resonate_settings.HUB_URL
+        if push_only:
+            self.notice("RESONATE_HUB_URL is not set: only http(s):// messages are delivered; poll:// ones are left.")
         if loop:
             with stopped_by_signals() as stopping:
-                sent = keep_delivering(float("inf") if stop_after is None else stop_after / 1000, stopping)
+                seconds = float("inf") if stop_after is None else stop_after / 1000
+                sent = keep_delivering(seconds, stopping, push_only)
         elif Pause.is_paused():
             self.notice("Background work is paused (debug.start): nothing delivered.")
             sent = 0
         else:
-            sent = deliver_due()
+            sent = deliver_due(push_only)
         if json:
             self.write_json({"attempted": sent})
         else:
