@@ -1,7 +1,7 @@
 """promise.* handlers (spec P-01 … P-06): each takes the decoded request and `now`, and returns a Reply."""
 
 from promises.engine import settle
-from promises.models import Callback, Listener, Promise, PromiseState, is_external, timeout_state
+from promises.models import Callback, Listener, Promise, PromiseState, is_external
 from promises.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
 from tasks.engine import start_task
 from tasks.models import Task, TaskState
@@ -29,15 +29,7 @@ def promise_create(req, now):
         if promise.target is not None:
             start_task(promise, now)
     else:
-        promise = Promise.build(
-            req["id"],
-            req["param"],
-            tags,
-            timeout_at,
-            state=timeout_state(tags),
-            created_at=timeout_at,
-            settled_at=timeout_at,
-        )
+        promise = Promise.build_expired(req["id"], req["param"], tags, timeout_at)
         promise.insert()
         if promise.target is not None:
             Task(promise=promise, state=TaskState.FULFILLED).insert()

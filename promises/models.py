@@ -106,6 +106,12 @@ class Promise(models.Model):
             **fields,
         )
 
+    @classmethod
+    def build_expired(cls, id, param, tags, timeout_at):
+        """A promise created at or after its deadline (P-02, T-02): born settled as its timeout settles it."""
+        state = timeout_state(tags)
+        return cls.build(id, param, tags, timeout_at, state=state, created_at=timeout_at, settled_at=timeout_at)
+
     def insert(self):
         rows.insert(self)
 

@@ -73,6 +73,16 @@ def refuse(constant):
     raise ValueError(f"{constant} is not JSON that the SDKs read")
 
 
+def outcome(kind, data):
+    """perform() for the console: (status, reply data or message), a refusal or a busy database included."""
+    try:
+        return perform(kind, data)
+    except Refusal as refusal:
+        return refusal.status, refusal.message
+    except Busy:
+        return 503, "server busy, try again"
+
+
 def perform_each(request, kind, requests, done, unchanged=lambda data, answer: None):
     """Run one protocol operation per request, each in its own transaction; report every outcome.
 
@@ -81,12 +91,7 @@ def perform_each(request, kind, requests, done, unchanged=lambda data, answer: N
     """
     succeeded = 0
     for data in requests:
-        try:
-            status, answer = perform(kind, data)
-        except Refusal as refusal:
-            status, answer = refusal.status, refusal.message
-        except Busy:
-            status, answer = 503, "server busy, try again"
+        status, answer = outcome(kind, data)
         problem = f"{status} {answer}" if status != 200 else unchanged(data, answer)
         if problem:
             messages.error(request, f"{kind} {data.get('id')}: {problem}")

@@ -5,9 +5,8 @@ import json
 from django import forms
 from django.contrib import admin
 
-from resonate_site.admin_tools import CappedPaginator, date, decoded, perform_each, pretty
+from resonate_site.admin_tools import CappedPaginator, date, decoded, outcome, perform_each, pretty
 from resonate_site.clock import now_ms
-from resonate_site.protocol.envelope import Refusal, perform
 from schedules.cron import NEVER, cron_error, next_cron
 from schedules.models import Schedule
 
@@ -74,16 +73,10 @@ class ScheduleForm(forms.ModelForm):
         if not self.errors:
             if Schedule.objects.filter(pk=cleaned.get("id")).exists():
                 raise forms.ValidationError("A schedule with this id exists; delete it first to replace it.")
-            status, answer = self.create()
+            status, answer = outcome("schedule.create", self.request())
             if status != 200:
                 raise forms.ValidationError(f"schedule.create answered {status}: {answer}")
         return cleaned
-
-    def create(self):
-        try:
-            return perform("schedule.create", self.request())
-        except Refusal as refusal:
-            return refusal.status, refusal.message
 
     def validate_unique(self):
         pass  # schedule.create is idempotent on the id; it decides

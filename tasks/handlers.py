@@ -2,7 +2,7 @@
 
 from promises.engine import settle
 from promises.handlers import promise_create, promise_settle
-from promises.models import Callback, Promise, timeout_state
+from promises.models import Callback, Promise
 from promises.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
 from tasks.engine import acquire, preload, return_to_pending
 from tasks.models import Task, TaskState, TimeoutKind
@@ -55,15 +55,7 @@ def task_create(req, now):
 def _create_acquired(action, pid, ttl, now):
     tags, timeout_at = action["tags"], action["timeout_at"]
     if timeout_at <= now:
-        promise = Promise.build(
-            action["id"],
-            action["param"],
-            tags,
-            timeout_at,
-            state=timeout_state(tags),
-            created_at=timeout_at,
-            settled_at=timeout_at,
-        )
+        promise = Promise.build_expired(action["id"], action["param"], tags, timeout_at)
         promise.insert()
         task = Task(promise=promise, state=TaskState.FULFILLED)
         task.insert()
