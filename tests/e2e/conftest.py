@@ -60,6 +60,18 @@ FAST = {  # short timers so the tests run in seconds
 }
 
 
+def embedded_env(database_url, server_settings=FAST):
+    """The environment of an embedded server on this database."""
+    return {
+        **os.environ,
+        **server_settings,
+        "DATABASE_URL": database_url,
+        "RESONATE_BACKGROUND": "embedded",
+        "RESONATE_HUB_URL": "",
+        "RESONATE_DEBUG": "false",
+    }
+
+
 def start_embedded(env, log):
     port = free_port()
     process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], env, log)
@@ -77,15 +89,7 @@ def server_settings():
 @pytest.fixture(scope="module")
 def embedded(database_url, server_settings, tmp_path_factory):
     """`manage.py serve` in its embedded mode: one process that serves, sweeps and delivers."""
-    env = {
-        **os.environ,
-        **server_settings,
-        "DATABASE_URL": database_url,
-        "RESONATE_BACKGROUND": "embedded",
-        "RESONATE_HUB_URL": "",
-        "RESONATE_DEBUG": "false",
-    }
-    server = start_embedded(env, tmp_path_factory.mktemp("logs") / "server.log")
+    server = start_embedded(embedded_env(database_url, server_settings), tmp_path_factory.mktemp("logs") / "server.log")
     yield server
     server.process.stop()
 

@@ -1,12 +1,11 @@
 """The embedded server by itself: timeouts fire, awaiters resume and messages reach workers over SSE."""
 
 import http.server
-import os
 import threading
 
 import orjson
 
-from tests.e2e.conftest import FAST, start_embedded
+from tests.e2e.conftest import embedded_env, start_embedded
 from tests.e2e.servers import Client, Listener, now_ms
 
 
@@ -171,14 +170,7 @@ def test_an_http_push_is_retried_after_a_500_and_delivered_once_after_a_2xx(embe
 
 
 def test_a_server_that_was_down_catches_up_every_missed_occurrence(database_url, tmp_path, unique):
-    env = {
-        **os.environ,
-        **FAST,
-        "DATABASE_URL": database_url,
-        "RESONATE_BACKGROUND": "embedded",
-        "RESONATE_HUB_URL": "",
-        "RESONATE_DEBUG": "false",
-    }
+    env = embedded_env(database_url)
     first = start_embedded(env, tmp_path / "first.log")
     schedule = {"id": unique, "cron": "* * * * * *", "promiseId": "{{.id}}.{{.timestamp}}", "promiseTimeout": 0}
     Client(first.url)("schedule.create", schedule)
