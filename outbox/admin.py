@@ -1,9 +1,8 @@
 """The operations console's outbox: what is undelivered or failed, how often it was tried, and why."""
 
 from django.contrib import admin
-from django.db import transaction
 
-from outbox.dispatch import notify
+from outbox.dispatch import announce
 from outbox.models import DeliveryState, Message
 from resonate_site.admin_tools import CappedPaginator, Operable, date, pretty
 from resonate_site.clock import now_ms
@@ -83,5 +82,5 @@ class MessageAdmin(Operable, admin.ModelAdmin):
     def redeliver(self, request, queryset):
         """Undelivered (pending, failed or dropped) messages go back to pending with fresh attempts, at once."""
         keys = Message.objects.redeliver(list(queryset.values_list("key", flat=True)), now_ms())
-        transaction.on_commit(lambda: notify(keys))
+        announce(*keys)
         self.message_user(request, f"{len(keys)} message{'s' if len(keys) != 1 else ''} queued for delivery.")

@@ -5,10 +5,13 @@ import queue
 import threading
 import time
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections
 
 from outbox.delivery import deliver, deliver_due
+from outbox.delivery import requeue as requeue_messages
 from outbox.models import Pause
+from promises.transactions import after_commit, run_atomically
+from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
 
 log = logging.getLogger(__name__)
@@ -16,31 +19,16 @@ log = logging.getLogger(__name__)
 _deliverer = None  # the embedded Deliverer, in the process that runs one
 
 
-def announce(key):
-    """Deliver the message with this key once the transaction that wrote it commits.
+def announce(*keys):
+    """Deliver the messages with these keys once the transaction that wrote them commits.
 
-    The keys of one transaction go out together: one notification (one Celery task) per commit.
+    The keys of one operation go out together: one notification (one Celery task) per commit.
     """
-    connection = transaction.get_connection()
-    pending = getattr(connection, "_announced", None)
-    if pending is None or not any(callback is pending for _, callback, _ in connection.run_on_commit):
-        pending = Announcement()  # the first of this transaction (or the last one's callback was rolled back)
-        connection._announced = pending
-        transaction.on_commit(pending, robust=True)
-    pending.keys.append(key)
-
-
-class Announcement:
-    """The keys a transaction wrote; called on commit, it notifies the deliverer of all of them."""
-
-    def __init__(self):
-        self.keys = []
-
-    def __call__(self):
-        notify(self.keys)
+    after_commit(notify, *keys)
 
 
 def notify(keys):
+    """Have these committed messages delivered now; if that fails, the periodic delivery pass sends them."""
     if resonate_settings.BACKGROUND == "celery":
         from outbox.tasks import deliver as deliver_task
 
@@ -48,6 +36,19 @@ def notify(keys):
     elif _deliverer is not None:
         _deliverer.wake(keys)
     # Otherwise nobody delivers in this process (tests, commands): the message waits in the outbox.
+
+
+def requeue(identities):
+    """Put messages that reached a stream but not its client back in the outbox, and have them delivered again."""
+    try:
+        keys = run_atomically(requeue_messages, identities, now_ms())
+        if keys:
+            log.info("%d messages went back to the outbox: their stream closed before sending them", len(keys))
+            notify(keys)
+    except Exception:
+        log.exception("could not requeue %d messages; they stay recorded as delivered", len(identities))
+    finally:
+        connections.close_all()  # this thread's own connection
 
 
 class Deliverer(threading.Thread):

@@ -12,7 +12,8 @@ def set_execute(address, task, now):
 
 def set_unblocks(unblocks, now):
     """unblock(record) to each address, for (address, promise record) pairs: one statement for all."""
-    for key in Message.objects.set_messages(
-        [(MessageKind.UNBLOCK, record["id"], address, {"promise": record}) for address, record in unblocks], now
-    ):
-        announce(key)
+    announce(
+        *Message.objects.set_messages(
+            [(MessageKind.UNBLOCK, record["id"], address, {"promise": record}) for address, record in unblocks], now
+        )
+    )

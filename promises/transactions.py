@@ -1,5 +1,6 @@
-"""Running one protocol operation in one transaction, retried when it loses a race."""
+"""Running one protocol operation in one transaction, retried when it loses a race or a kept connection."""
 
+import contextvars
 import logging
 import random
 import time
@@ -19,11 +20,27 @@ SHUTDOWN_SQLSTATES = {"57P01", "57P02", "57P03"}
 class Busy(Exception):
     """The operation kept losing races; the caller may retry it."""
 
+    answer = "Server busy, please retry"
+
+
+class Unavailable(Busy):
+    """The database could not be reached, or the connection was lost while committing; the caller may retry."""
+
+    answer = "Database unavailable, please retry"
+
 
 def lost_connection(error):
-    """Whether the database dropped the connection (a restart, a proxy's idle timeout…)."""
+    """Whether the database connection is gone (a restart, a cut network, a proxy's idle timeout, a refused connect).
+
+    Errors the server sends carry a SQLSTATE; psycopg reports a dead or unreachable server ("server
+    closed the connection unexpectedly", "connection refused") as an OperationalError without one.
+    """
+    if connection.vendor != "postgresql":
+        return False
     state = getattr(error.__cause__, "sqlstate", None) or ""
-    return state.startswith("08") or state in SHUTDOWN_SQLSTATES or "connection is closed" in str(error)
+    if state.startswith("08") or state in SHUTDOWN_SQLSTATES:
+        return True
+    return isinstance(error, (OperationalError, InterfaceError)) and not state
 
 
 def lost_race(error):
@@ -39,21 +56,70 @@ def lost_race(error):
 def run_atomically(operation, *args):
     """operation(*args) inside transaction.atomic(), re-run from scratch on a lost race (bounded).
 
-    A kept-alive connection that the database has closed meanwhile is dropped and the operation runs
-    again on a new one.
+    A kept connection that turns out to be dead is replaced and the operation runs again, once: nothing
+    of it can have been committed. A connection lost while committing leaves the outcome unknown, and a
+    database that cannot be reached at all is Unavailable; either way the caller is told to retry.
     """
-    attempts = resonate_settings.DB_RETRIES
+    attempts, reconnected = resonate_settings.DB_RETRIES, False
     for attempt in range(1, attempts + 1):
+        committing = False
         try:
             with transaction.atomic():
-                return operation(*args)
+                result = _collecting(operation, args)
+                committing = True
+            return result
         except (IntegrityError, OperationalError, InterfaceError) as error:
             if lost_connection(error):
-                log.info("reconnecting after %s", error)
                 connection.close()
+                if committing:
+                    raise Unavailable(f"{operation.__name__}: connection lost while committing: {error}") from error
+                if reconnected:
+                    raise Unavailable(f"{operation.__name__}: {error}") from error
+                log.info("reconnecting after %s", error)
+                reconnected = True
                 continue
             if not lost_race(error):
                 raise
             log.info("retrying %s after a lost race (attempt %d): %s", operation.__name__, attempt, error)
             time.sleep(random.uniform(0, 0.002 * attempt))
     raise Busy(f"{operation.__name__} lost {attempts} races in a row")
+
+
+# What the operation under way asked to be told after its commit: {hook: [items]} (see after_commit).
+_collected = contextvars.ContextVar("resonate_after_commit", default=None)
+
+
+def after_commit(hook, *items):
+    """Call hook([item, …]) once the current transaction commits; never if it rolls back.
+
+    Within run_atomically the items of one operation are gathered, so each hook runs once per commit
+    with all of them (one delivery notice for every message a transaction wrote). A hook that raises is
+    logged: the transaction has committed, and its caller must hear so.
+    """
+    collected = _collected.get()
+    if collected is None:
+        transaction.on_commit(_safely(hook, list(items)))
+    else:
+        collected.setdefault(hook, []).extend(items)
+
+
+def _collecting(operation, args):
+    collected = {}
+    token = _collected.set(collected)
+    try:
+        result = operation(*args)
+    finally:
+        _collected.reset(token)
+    for hook, items in collected.items():
+        transaction.on_commit(_safely(hook, items))
+    return result
+
+
+def _safely(hook, items):
+    def call_hook():
+        try:
+            hook(items)
+        except Exception:
+            log.exception("after a commit, %s failed", getattr(hook, "__name__", hook))
+
+    return call_hook

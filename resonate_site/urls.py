@@ -1,12 +1,14 @@
 """URL routes: the protocol endpoint at /, the workers' message streams, health checks, and the admin."""
 
+import orjson
 from django.contrib import admin
+from django.http import HttpResponse
 from django.urls import include, path
 
 from outbox.streams import poll
 from resonate_site.health import health, ready
 from resonate_site.metrics import metrics
-from resonate_site.protocol.envelope import ProtocolView
+from resonate_site.protocol.envelope import CRASHED, ProtocolView
 
 urlpatterns = [
     path("", ProtocolView.as_view(), name="protocol"),
@@ -17,3 +19,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("api.urls")),
 ]
+
+
+def server_error(request):
+    """Django's last resort when a view raised: the protocol's clients read JSON, so never an HTML page."""
+    if request.path == "/":
+        return HttpResponse(orjson.dumps(CRASHED), status=500, content_type="application/json")
+    return HttpResponse("Internal server error", status=500, content_type="text/plain")
+
+
+handler500 = server_error

@@ -136,3 +136,23 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{mode:<10} {scenario:<34} {figure:<16} {value:>10.1f} {unit}")
             row = {"mode": mode, "scenario": scenario, "figure": figure, "value": round(value, 1), "unit": unit}
             f.write(orjson.dumps(row).decode() + "\n")
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Redis of this test's own (never the machine's), to kill and pause."""
+    from tests.faults import OwnRedis
+
+    redis = OwnRedis(tmp_path).start()
+    yield redis
+    redis.stop()
+
+
+@pytest.fixture
+def pg_proxy(tmp_path):
+    """A TCP proxy in front of the machine's PostgreSQL, to cut, refuse and slow connections."""
+    from tests.faults import PgProxy
+
+    proxy = PgProxy(tmp_path)
+    yield proxy
+    proxy.stop()

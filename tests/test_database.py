@@ -40,3 +40,76 @@ def test_the_messages_of_one_transaction_are_announced_to_the_deliverer_together
     answer(envelope("promise.settle", {"id": "wf", "state": "resolved"}))
 
     assert [len(keys) for keys in notified] == [3]
+
+
+@pytest.fixture
+def through_proxy(pg_proxy):
+    """This test's database connection goes through the fault proxy."""
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(HOST="127.0.0.1", PORT=pg_proxy.port)
+    yield pg_proxy
+    connection.close()
+    connection.settings_dict.clear()
+    connection.settings_dict.update(saved)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_request_on_a_kept_connection_the_network_cut_succeeds_on_a_new_one(through_proxy):
+    assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200
+    through_proxy("drop")  # psycopg: "server closed the connection unexpectedly", with no SQLSTATE
+
+    reply = answer(envelope("promise.get", {"id": "p"}))
+
+    assert reply["head"]["status"] == 200 and reply["data"]["promise"]["id"] == "p"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_database_that_refuses_connections_gets_a_503_envelope_then_service_resumes(through_proxy):
+    through_proxy("refuse")
+
+    refused = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
+
+    assert refused["head"]["status"] == 503 and refused["data"] == "Database unavailable, please retry"
+    through_proxy("accept")
+    assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_lost_while_committing_is_a_503_not_a_retry(through_proxy, monkeypatch):
+    """The commit may or may not have happened: running the operation again could do it twice."""
+    from resonate_site.protocol import dispatch
+
+    runs = []
+    operation = dispatch.OPERATIONS["promise.create"]
+
+    def create_then_cut(req, now):
+        runs.append(req["id"])
+        reply = operation.handler(req, now)
+        through_proxy("drop")
+        return reply
+
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.create", operation._replace(handler=create_then_cut))
+
+    reply = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
+
+    assert reply["head"]["status"] == 503 and runs == ["p"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_operation_answers_200_when_telling_the_deliverer_fails(monkeypatch):
+    from outbox import dispatch
+
+    def broker_down(keys):
+        raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr(dispatch, "notify", broker_down)
+    body = envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": {"resonate:target": "poll://any@g"}})
+
+    reply = answer(body)
+
+    assert reply["head"]["status"] == 200
+    assert answer(envelope("task.get", {"id": "wf"}))["data"]["task"]["state"] == "pending"

@@ -124,6 +124,38 @@ def test_ready_answers_200_when_the_database_answers(client, db):
     assert client.get("/ready").status_code == 200
 
 
+# Failures are answers too: never Django's HTML error page on the protocol's addresses
+
+
+def test_an_operation_that_crashes_answers_a_500_envelope_not_a_page(protocol, monkeypatch):
+    from resonate_site.protocol import dispatch
+
+    def crash(req, now):
+        raise RuntimeError("a bug")
+
+    get = dispatch.OPERATIONS["promise.get"]
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.get", get._replace(handler=crash))
+
+    answer = protocol("promise.get", {"id": "p"})
+
+    assert answer.status == 500 and answer.data == "Internal server error"
+
+
+def test_any_other_address_that_crashes_answers_plain_text_not_a_page(client, monkeypatch):
+    import resonate_site.metrics
+
+    def crash(registry):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(resonate_site.metrics, "generate_latest", crash)
+    client.raise_request_exception = False
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 500 and response["Content-Type"] == "text/plain"
+    assert response.content == b"Internal server error"
+
+
 # §1.4 step 1: the body must be a JSON object with kind, head, head.corrId, head.version and data
 
 

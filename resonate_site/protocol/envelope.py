@@ -53,9 +53,12 @@ def answer(body, now=None):
         status, data = run_atomically(operation.handler, req, now)
     except Refusal as refusal:
         return reply(kind, corr_id, refusal.status, refusal.message)
-    except Busy as busy:
+    except Busy as busy:  # lost races, or the database out of reach: nothing was committed, or it is unknown
         log.warning("%s %s: %s", kind, corr_id, busy)
-        return reply(kind, corr_id, 503, "Server busy, please retry")
+        return reply(kind, corr_id, 503, busy.answer)
+    except Exception:
+        log.exception("%s %s failed", kind, corr_id)
+        return reply(kind, corr_id, 500, CRASHED["data"])
     return reply(kind, corr_id, status, data)
 
 
@@ -173,7 +176,7 @@ class NoNegotiation(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-# What the metrics and the request log see when answering raised (Django then answers 500 itself).
+# The answer when answering itself failed: a bug, logged with its traceback; never Django's HTML page.
 CRASHED = reply("unknown", "0", 500, "Internal server error")
 
 
@@ -194,6 +197,8 @@ class ProtocolView(APIView):
                 envelope = reply("unknown", "0", 413, f"Request body larger than {limit} bytes")
             else:
                 envelope = answer(request.body)
+        except Exception:
+            log.exception("POST / failed")
         finally:
             request_answered(envelope, time.perf_counter() - started, OPERATIONS)
         return HttpResponse(orjson.dumps(envelope), status=envelope["head"]["status"], content_type="application/json")
