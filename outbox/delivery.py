@@ -10,11 +10,12 @@ pipelined statement to record.
 
 import logging
 from enum import Enum
+from typing import NamedTuple
 
 import httpx
 from django.db import connection
 
-from outbox.hub import hub, parse_poll_address
+from outbox.hub import HubUnavailable, hub, parse_poll_address
 from outbox.models import DeliveryState, Message
 from promises import rows
 from promises.transactions import run_atomically
@@ -33,6 +34,7 @@ class Outcome(Enum):
     DROPPED = "dropped"  # nobody to deliver to; execute is re-sent by the task's timers
     RETRY = "retry"
     UNREACHED = "unreached"  # no stream connected right now: retried for POLL_GRACE_MS, then dropped
+    HUB_DOWN = "hub down"  # the hub could not be asked: retried, and the grace does not run meanwhile
 
 
 def deliver(keys=None, limit=BATCH, push_only=False):
@@ -53,19 +55,27 @@ def deliver_due(push_only=False):
     return total
 
 
+POLL_LEASE_MS = 5000  # a publish through the hub takes milliseconds, or fails within its 2 s timeouts
+
+
 def claim(keys, now, limit, push_only=False):
-    """Take up to `limit` due messages: count the attempt, and hold them for a lease."""
-    lease = resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
+    """Take up to `limit` due messages: count the attempt, and hold them for a lease.
+
+    The lease covers one attempt: a whole HTTP push with its timeout, or a publish to the hub. A
+    deliverer that dies holding them leaves them to be claimed again once it lapses.
+    """
+    push_lease = resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
     which = f' AND "key" IN ({rows.placeholders(keys)})' if keys else ""
     if push_only:  # a process with no hub reaches no stream: it must not try poll:// messages (and drop them)
         which += """ AND "address" NOT LIKE 'poll://%%'"""
     lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     return rows.fetch_sql(
         Message,
-        f'UPDATE {TABLE} SET "attempts" = "attempts" + 1, "next_attempt_at" = %s WHERE "id" IN ('
+        f'UPDATE {TABLE} SET "attempts" = "attempts" + 1,'
+        f""" "next_attempt_at" = CASE WHEN "address" LIKE 'poll://%%' THEN %s ELSE %s END WHERE "id" IN ("""
         f'SELECT "id" FROM {TABLE} WHERE "state" = %s AND "next_attempt_at" <= %s{which}'
         f' ORDER BY "next_attempt_at", "id" LIMIT %s{lock}) RETURNING {rows.columns(Message)}',
-        [now + lease, DeliveryState.PENDING, now, *(keys or []), limit],
+        [now + POLL_LEASE_MS, now + push_lease, DeliveryState.PENDING, now, *(keys or []), limit],
     )
 
 
@@ -74,9 +84,20 @@ def send_all(messages):
     server_url = resonate_settings.SERVER_URL
     outcomes = [None] * len(messages)
     polled = [n for n, m in enumerate(messages) if parse_poll_address(m.address) is not None]
-    taken = hub().publish_all([(messages[n].address, messages[n].body(server_url)) for n in polled]) if polled else []
-    for n, ok in zip(polled, taken, strict=True):
-        outcomes[n] = (Outcome.DELIVERED, "") if ok else (Outcome.UNREACHED, "no live poll connection for this address")
+    if polled:
+        try:
+            taken = hub().publish_all(
+                [(messages[n].address, messages[n].body(server_url), identity(messages[n])) for n in polled]
+            )
+        except HubUnavailable as error:
+            taken = [error] * len(polled)
+        for n, ok in zip(polled, taken, strict=True):
+            if isinstance(ok, HubUnavailable):
+                outcomes[n] = (Outcome.HUB_DOWN, str(ok))
+            else:
+                outcomes[n] = (
+                    (Outcome.DELIVERED, "") if ok else (Outcome.UNREACHED, "no live poll connection for this address")
+                )
     for n, message in enumerate(messages):
         if outcomes[n] is None:
             if message.address.startswith(("http://", "https://")):
@@ -84,6 +105,11 @@ def send_all(messages):
             else:
                 outcomes[n] = (Outcome.DROPPED, f"no transport for address {message.address!r}")
     return outcomes
+
+
+def identity(message):
+    """What names this version of a message: setMessage replaces a message under the same key with a newer one."""
+    return [message.key, message.created_at]
 
 
 def push(url, body):
@@ -102,47 +128,79 @@ def record(messages, outcomes, now):
 
     Returns the state each attempt left its message in.
     """
-    updates = []
+    states, updates = [], []
     for message, (outcome, detail) in zip(messages, outcomes, strict=True):
-        state, next_attempt, delivered_at = settled_as(message, outcome, now)
-        updates.append(
-            [
-                state,
-                next_attempt,
-                delivered_at,
-                detail,
-                message.pk,
-                message.attempts,
-                message.created_at,
-                DeliveryState.PENDING,
-            ]
-        )
+        after = settled_as(message, outcome, now)
+        states.append(after.state)
+        updates.append([*after, detail, message.pk, message.attempts, message.created_at, DeliveryState.PENDING])
         if outcome is not Outcome.DELIVERED:
             log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
     with connection.cursor() as cursor:
         cursor.executemany(
-            f'UPDATE {TABLE} SET "state" = %s, "next_attempt_at" = %s, "delivered_at" = %s, "last_error" = %s'
-            ' WHERE "id" = %s AND "attempts" = %s AND "created_at" = %s AND "state" = %s',
+            f'UPDATE {TABLE} SET "state" = %s, "next_attempt_at" = %s, "delivered_at" = %s, "unreached_since" = %s,'
+            ' "last_error" = %s WHERE "id" = %s AND "attempts" = %s AND "created_at" = %s AND "state" = %s',
             updates,
         )
-    return [state for state, *_ in updates]
+    return states
+
+
+class Settled(NamedTuple):
+    """A message's delivery bookkeeping after an attempt."""
+
+    state: str
+    next_attempt_at: int | None
+    delivered_at: int | None = None
+    unreached_since: int | None = None
 
 
 def settled_as(message, outcome, now):
-    """(state, next attempt time, delivered at) after an attempt with this outcome."""
+    """The message's bookkeeping after an attempt with this outcome."""
     if outcome is Outcome.DELIVERED:
-        return DeliveryState.DELIVERED, message.next_attempt_at, now
+        return Settled(DeliveryState.DELIVERED, message.next_attempt_at, now, message.unreached_since)
     if outcome is Outcome.UNREACHED:
         # A stream reconnects after each SSE_MAX_AGE_MS, and the SDKs wait a second before they do: a
         # message sent in that gap waits for the new stream rather than being lost (unblock is never re-sent).
-        if now - message.created_at >= resonate_settings.POLL_GRACE_MS:
-            return DeliveryState.DROPPED, message.next_attempt_at, None
-        return DeliveryState.PENDING, now + resonate_settings.POLL_RETRY_MS, None
+        # The grace runs from the first attempt that found no stream, not from the message's creation: a
+        # message that waited out an outage (of the hub, the database, the deliverers) still gets all of it.
+        since = now if message.unreached_since is None else message.unreached_since
+        if now - since >= resonate_settings.POLL_GRACE_MS:
+            return Settled(DeliveryState.DROPPED, message.next_attempt_at, None, since)
+        return Settled(DeliveryState.PENDING, now + resonate_settings.POLL_RETRY_MS, None, since)
+    if outcome is Outcome.HUB_DOWN:
+        return Settled(DeliveryState.PENDING, now + resonate_settings.POLL_RETRY_MS, None, message.unreached_since)
     if outcome is Outcome.DROPPED:
-        return DeliveryState.DROPPED, message.next_attempt_at, None
+        return Settled(DeliveryState.DROPPED, message.next_attempt_at)
     if message.attempts >= resonate_settings.DELIVERY_ATTEMPTS:
-        return DeliveryState.FAILED, message.next_attempt_at, None
-    return DeliveryState.PENDING, now + backoff(message.attempts), None
+        return Settled(DeliveryState.FAILED, message.next_attempt_at)
+    return Settled(DeliveryState.PENDING, now + backoff(message.attempts))
+
+
+def requeue(identities, now):
+    """Messages a stream took but never sent to its client: pending again, due now; their keys.
+
+    The attempt count moves on, so a deliverer still recording the attempt that routed them cannot
+    mark them delivered afterwards (record matches the attempt it claimed).
+    """
+    requeued = []
+    with connection.cursor() as cursor:
+        for key, created_at in identities:
+            cursor.execute(
+                f'UPDATE {TABLE} SET "state" = %s, "attempts" = "attempts" + 1, "next_attempt_at" = %s,'
+                ' "delivered_at" = NULL, "last_error" = %s'
+                ' WHERE "key" = %s AND "created_at" = %s AND "state" IN (%s, %s)',
+                [
+                    DeliveryState.PENDING,
+                    now,
+                    "taken by a stream that closed before sending it",
+                    key,
+                    created_at,
+                    DeliveryState.PENDING,
+                    DeliveryState.DELIVERED,
+                ],
+            )
+            if cursor.rowcount:
+                requeued.append(key)
+    return requeued
 
 
 def backoff(attempts):

@@ -1,12 +1,18 @@
 """Where poll:// messages meet live SSE streams: unicast to an id, anycast to one stream of a group.
 
 Streams register with the hub of their server process; a deliverer, in any process, publishes. The
-in-memory hub serves one process (the embedded mode). The Redis hub spans processes: each stream is
-listed in a sorted set per group (score = expiry, refreshed while it lives) and each server process
-listens on its own channel; PUBLISH answers how many processes heard, so a vanished one is noticed.
+in-memory hub serves one process (the embedded mode). The Redis hub spans processes: each stream
+listens on a channel of its own, on its process's one subscriber connection, and is advertised in a
+sorted set per group (score = expiry, refreshed while it lives). PUBLISH answers how many listeners
+heard, so a stream that is gone (its process dead, its advertisement stale) is noticed at once.
+
+A message taken by a stream but never written to its client (the client went away, the stream was
+full, or it reached a process whose stream had just closed) goes back to the outbox (`requeue`), so
+"taken" never means "lost".
 """
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -20,8 +26,12 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-BUFFER = 100  # events a slow stream may fall behind before further ones are dropped (as the reference does)
-_sequence = itertools.count()
+BUFFER = 100  # events a stream may fall behind; further ones go back to the outbox
+_order = itertools.count()
+
+
+class HubUnavailable(Exception):
+    """The hub cannot take streams or messages right now (Redis out of reach)."""
 
 
 def parse_poll_address(address):
@@ -39,7 +49,7 @@ class Member:
 
     key: str
     id: str
-    sequence: int  # registration order: unicast goes to the first registered stream of the id
+    sequence: tuple  # registration order: unicast goes to the first registered stream of the id
 
 
 def choose(cast, id, members):
@@ -57,27 +67,58 @@ def sse_event(message):
     return f"data: {json.dumps(message, separators=(',', ':'), ensure_ascii=True)}\n\n"
 
 
+def registration_order():
+    """Orders registrations across processes: wall-clock time first, this process's count to break ties."""
+    return (time.time_ns(), os.getpid(), next(_order))
+
+
 @dataclass(eq=False)
 class Stream:
-    """One live GET /poll/{group}/{id}: events are put on its queue from any thread."""
+    """One live GET /poll/{group}/{id}: (event, message identity) pairs are put on its queue by the hub."""
 
     group: str
     id: str
     loop: asyncio.AbstractEventLoop
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
-    sequence: int = field(default_factory=lambda: next(_sequence))
+    sequence: tuple = field(default_factory=registration_order)
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(BUFFER))
-    refresher: asyncio.Task | None = None
 
-    def offer(self, event):
-        """Hand an event to the stream's event loop; safe from any thread."""
-        self.loop.call_soon_threadsafe(self._put, event)
+    @property
+    def channel(self):
+        return f"resonate:poll:stream:{self.key}"
 
-    def _put(self, event):
+    def put(self, event, identity):
+        """On the stream's event loop: queue an event, or send it back to the outbox if the stream is full."""
         try:
-            self.queue.put_nowait(event)
+            self.queue.put_nowait((event, identity))
         except asyncio.QueueFull:
-            log.warning("stream %s/%s is %d events behind; dropping one", self.group, self.id, BUFFER)
+            log.warning(
+                "stream %s/%s is %d events behind; its message goes back to the outbox", self.group, self.id, BUFFER
+            )
+            requeue_soon([identity])
+
+    def leftovers(self):
+        """The identities of the events still queued (the stream is ending without sending them)."""
+        found = []
+        while not self.queue.empty():
+            found.append(self.queue.get_nowait()[1])
+        return found
+
+
+def requeue_soon(identities):
+    """Send messages that reached a stream but not its client back to the outbox, from a thread (database I/O)."""
+    identities = [identity for identity in identities if identity is not None]
+    if identities:
+        from outbox.dispatch import requeue
+
+        threading.Thread(target=requeue, args=(identities,), name="resonate-requeue", daemon=True).start()
+
+
+async def _flushed(loop):
+    """Wait until every callback scheduled on this loop before now has run."""
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done
 
 
 class MemoryHub:
@@ -87,164 +128,282 @@ class MemoryHub:
         self.streams = {}  # group → {key: Stream}
         self.lock = threading.Lock()
 
+    def available(self):
+        return True
+
     async def register(self, group, id):
         stream = Stream(group, id, asyncio.get_running_loop())
         with self.lock:
             self.streams.setdefault(group, {})[stream.key] = stream
         return stream
 
-    async def withdraw(self, stream):
-        """Route nothing more to this stream (what is already on its way still reaches its queue)."""
+    async def close(self, stream):
+        """Route nothing more to this stream; once this returns, everything routed to it is on its queue."""
         with self.lock:
             self.streams.get(stream.group, {}).pop(stream.key, None)
-
-    unregister = withdraw  # events are offered to the stream object itself: nothing else to forget
+        await _flushed(stream.loop)  # offers made under the lock before the pop were scheduled before this
 
     def publish_all(self, messages):
-        """Route each (address, message) to one stream; whether each was taken."""
-        with self.lock:
-            groups = {group: dict(streams) for group, streams in self.streams.items()}
+        """Route each (address, message, identity) to one stream; whether each was taken."""
         taken = []
-        for address, message in messages:
-            cast, group, id = parse_poll_address(address)
-            streams = groups.get(group, {})
-            chosen = choose(cast, id, [Member(s.key, s.id, s.sequence) for s in streams.values()])
-            if chosen is not None:
-                streams[chosen.key].offer(sse_event(message))
-            taken.append(chosen is not None)
+        with self.lock:  # offers happen under the lock, so a closed stream gets none after close() returns
+            for address, message, identity in messages:
+                cast, group, id = parse_poll_address(address)
+                streams = self.streams.get(group, {})
+                chosen = choose(cast, id, [Member(s.key, s.id, s.sequence) for s in streams.values()])
+                if chosen is not None:
+                    stream = streams[chosen.key]
+                    stream.loop.call_soon_threadsafe(stream.put, sse_event(message), identity)
+                taken.append(chosen is not None)
         return taken
 
 
 class RedisHub:
-    """Streams in many server processes, deliverers anywhere, meeting in Redis."""
+    """Streams in many server processes, deliverers anywhere, meeting in Redis.
 
-    TTL_MS = 30_000  # a registration not refreshed for this long belongs to a dead process
+    The server process side runs on its event loop: one subscriber connection (kept by `_relay`, which
+    reconnects with backoff and then subscribes and advertises every live stream again), and a small
+    pool for advertisements. The deliverer side is synchronous and thread-safe.
+    """
+
+    TTL_MS = 30_000  # an advertisement not refreshed for this long belongs to a dead process
     REFRESH_S = 10
+    HEARTBEAT_S = 2  # the relay hears its own process channel this often, or reconnects after 3 beats
+    WAIT_S = 2  # how long a new stream waits for the hub to be (re)connected
+    BACKOFF_S = (0.1, 2.0)
+    TIMEOUT_S = 2  # socket timeouts of commands
 
     def __init__(self, url):
         self.url = url
         self.process = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.channel = f"resonate:poll:process:{self.process}"
+        self.control = f"resonate:poll:process:{self.process}"  # always subscribed: the relay's heartbeat
         self.streams = {}  # key → Stream, in this process
-        self.client = None
-        self.relay = None  # the task relaying this process's channel to its streams (kept referenced)
-        self.starting = None
+        self.closing = {}  # channel → future resolved when Redis confirms the unsubscribe
+        self.client = self.pubsub = self.relay = None
+        self.up = None  # asyncio.Event: subscribed and advertised
         self._sync = None
+        self._sync_lock = threading.Lock()
 
     @staticmethod
     def group_key(group):
         return f"resonate:poll:group:{group}"
 
     def member(self, stream):
-        return json.dumps([self.channel, stream.key, stream.id, stream.sequence])
+        return json.dumps([stream.channel, stream.key, stream.id, list(stream.sequence)])
+
+    def pool_options(self, retries):
+        """Bounded waits everywhere, and (almost) no retries inside redis-py: the hub reconnects itself."""
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return {
+            "max_connections": 20,  # callers wait for a free connection instead of failing
+            "timeout": self.TIMEOUT_S,
+            "socket_timeout": self.TIMEOUT_S,
+            "socket_connect_timeout": self.TIMEOUT_S,
+            "retry": Retry(NoBackoff(), retries),
+        }
 
     # server process side (asyncio)
 
+    def available(self):
+        return self.relay is None or self.up.is_set()  # not started: the first stream starts it and waits
+
     async def register(self, group, id):
-        await self._listening()
+        self._start()
         stream = Stream(group, id, asyncio.get_running_loop())
-        self.streams[stream.key] = stream
-        await self._advertise(stream)
-        stream.refresher = asyncio.get_running_loop().create_task(self._refresh(stream))
+        self.streams[stream.key] = stream  # from here a reconnecting relay subscribes and advertises it too
+        try:
+            await asyncio.wait_for(self.up.wait(), self.WAIT_S)
+            await self.pubsub.subscribe(stream.channel)
+            await self._advertise([stream])
+        except Exception as error:
+            self.streams.pop(stream.key, None)
+            await self._unsubscribe(stream)
+            raise HubUnavailable(f"the message hub is unavailable: {error!r}") from error
         return stream
 
-    async def withdraw(self, stream):
-        """Route nothing more to this stream; what deliverers already sent still reaches it until unregister."""
-        stream.refresher.cancel()
-        await self.client.zrem(self.group_key(stream.group), self.member(stream))
+    async def close(self, stream):
+        """Route nothing more to this stream; once this returns, everything routed to it is on its queue.
 
-    async def unregister(self, stream):
+        The advertisement goes first; then the channel is unsubscribed and the relay waits for Redis to
+        confirm it, which comes after every message published to the channel before.
+        """
         try:
-            await self.withdraw(stream)
-        finally:
+            await self.client.zrem(self.group_key(stream.group), self.member(stream))
+        except Exception as error:  # a stale advertisement is struck by the first deliverer nobody hears
+            log.info("could not withdraw stream %s/%s: %r", stream.group, stream.id, error)
+        try:
+            await self._unsubscribe(stream)
+        finally:  # from here the relay sends back to the outbox whatever still arrives for this stream
             self.streams.pop(stream.key, None)
 
-    async def _advertise(self, stream):
-        await self.client.zadd(self.group_key(stream.group), {self.member(stream): time.time() * 1000 + self.TTL_MS})
+    async def _unsubscribe(self, stream):
+        pubsub = self.pubsub
+        if pubsub is None or not self.up.is_set():
+            return  # no subscriber connection: its subscriptions ended with it
+        confirmed = asyncio.get_running_loop().create_future()
+        self.closing[stream.channel] = confirmed
+        try:
+            await pubsub.unsubscribe(stream.channel)
+            await asyncio.wait_for(asyncio.shield(confirmed), self.TIMEOUT_S)
+        except Exception as error:  # the relay reconnects; the new connection subscribes only live streams
+            log.info("unsubscribing %s/%s: %r", stream.group, stream.id, error)
+        finally:
+            self.closing.pop(stream.channel, None)
 
-    async def _refresh(self, stream):
-        while True:
-            await asyncio.sleep(self.REFRESH_S)
-            try:
-                await self._advertise(stream)
-            except Exception:  # Redis away: the next refresh puts the stream back
-                log.exception("could not refresh stream %s/%s", stream.group, stream.id)
+    async def _advertise(self, streams):
+        expiry = time.time() * 1000 + self.TTL_MS
+        pipe = self.client.pipeline(transaction=False)
+        for stream in streams:
+            pipe.zadd(self.group_key(stream.group), {self.member(stream): expiry})
+        await pipe.execute()
 
-    async def _listening(self):
-        """Subscribe this process's channel before any stream is advertised (once per process)."""
+    def _start(self):
+        """Connect this process's subscriber, once, on the first stream."""
+        if self.relay is not None:
+            return
         import redis.asyncio
 
-        if self.starting is None:
-            self.starting = asyncio.Lock()
-        async with self.starting:
-            if self.relay is None:
-                self.client = redis.asyncio.from_url(self.url)
-                pubsub = self.client.pubsub()
-                await pubsub.subscribe(self.channel)
-                self.relay = asyncio.get_running_loop().create_task(self._relay(pubsub))
+        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **self.pool_options(retries=0))
+        self.client = redis.asyncio.Redis(connection_pool=pool)
+        self.up = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.relay = loop.create_task(self._relay())  # kept referenced: an unreferenced task may be collected
+        self.refresher = loop.create_task(self._refresh())
 
-    async def _relay(self, pubsub):
-        """Hand what arrives on this process's channel to its streams; resubscribe if Redis goes away."""
+    async def _relay(self):
+        """Hand what arrives on the streams' channels to the streams; reconnect, with backoff, when Redis goes away."""
+        backoff = self.BACKOFF_S[0]
         while True:
+            pubsub = self.client.pubsub()
             try:
-                async for item in pubsub.listen():
-                    if item["type"] == "message":
-                        envelope = json.loads(item["data"])
-                        stream = self.streams.get(envelope["stream"])
-                        if stream is not None:
-                            stream._put(envelope["event"])
+                await pubsub.subscribe(self.control)
+                self.pubsub = pubsub
+                streams = list(self.streams.values())
+                if streams:
+                    await pubsub.subscribe(*(s.channel for s in streams))
+                    await self._advertise(streams)
+                self.up.set()
+                if backoff > self.BACKOFF_S[0]:
+                    log.warning("message hub reconnected; %d streams subscribed again", len(streams))
+                backoff = self.BACKOFF_S[0]
+                await self._listen(pubsub)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("hub channel %s lost; resubscribing", self.channel)
-                await asyncio.sleep(1)
-                pubsub = self.client.pubsub()
+            except Exception as error:
+                log.warning("message hub connection lost (%r); reconnecting in %.1f s", error, backoff)
+            finally:
+                self.up.clear()
+                self.pubsub = None
+                for confirmed in self.closing.values():  # their subscriptions ended with the connection
+                    if not confirmed.done():
+                        confirmed.set_result(None)
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.BACKOFF_S[1])
+
+    async def _listen(self, pubsub):
+        heard = time.monotonic()
+        next_beat = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_beat:
+                await self.client.publish(self.control, "beat")
+                next_beat = now + self.HEARTBEAT_S
+            if now - heard > 3 * self.HEARTBEAT_S:
+                raise HubUnavailable("the subscriber connection went silent")
+            item = await pubsub.get_message(timeout=self.HEARTBEAT_S)
+            if item is None:
+                continue
+            heard = time.monotonic()
+            channel = item["channel"].decode()
+            if item["type"] == "message" and channel != self.control:
+                envelope = json.loads(item["data"])
+                stream = self.streams.get(envelope["stream"])
+                identity = tuple(envelope["message"]) if envelope.get("message") else None
+                if stream is not None:
+                    stream.put(envelope["event"], identity)
+                else:  # the stream closed as this was published
+                    requeue_soon([identity])
+            elif item["type"] == "unsubscribe" and channel in self.closing:
+                confirmed = self.closing[channel]
+                if not confirmed.done():
+                    confirmed.set_result(None)
+
+    async def _refresh(self):
+        """Keep every live stream's advertisement from expiring, in one pipeline per period."""
+        while True:
+            await asyncio.sleep(self.REFRESH_S)
+            streams = list(self.streams.values())
+            if streams and self.up.is_set():
                 try:
-                    await pubsub.subscribe(self.channel)
-                except Exception:
-                    log.exception("resubscribing to %s failed", self.channel)
+                    await self._advertise(streams)
+                except Exception as error:  # the relay notices Redis away and advertises again when back
+                    log.info("could not refresh %d stream advertisements: %r", len(streams), error)
 
     # deliverer side (any thread, synchronous)
 
+    def sync_client(self):
+        with self._sync_lock:
+            if self._sync is None:
+                import redis
+
+                pool = redis.BlockingConnectionPool.from_url(self.url, **self.pool_options(retries=1))
+                self._sync = redis.Redis(connection_pool=pool)
+            return self._sync
+
     def publish_all(self, messages):
-        """Route each (address, message) to one stream, a round trip per round: whether each was taken.
+        """Route each (address, message, identity) to one stream: whether each was taken.
 
         Each group's streams are read once; every message is routed and all are published in one
-        pipeline. A message whose process no longer listens (PUBLISH reached nobody) goes round again
-        to another stream, with that one struck from the group.
+        pipeline. A message that no stream heard (the stream is gone) goes round again to another
+        stream, with that one struck from the group. Raises HubUnavailable when Redis cannot be reached.
         """
         import redis
 
-        if self._sync is None:
-            self._sync = redis.Redis.from_url(self.url)
-        routes = [parse_poll_address(address) for address, _ in messages]
-        members = self._members({group for _, group, _ in routes})
+        try:
+            return self._publish_all(self.sync_client(), messages)
+        except redis.RedisError as error:
+            raise HubUnavailable(f"the message hub is unavailable: {error!r}") from error
+
+    def _publish_all(self, client, messages):
+        routes = [parse_poll_address(address) for address, _, _ in messages]
+        members = self._members(client, {group for _, group, _ in routes})
         taken = [False] * len(messages)
         waiting = list(range(len(messages)))
         while waiting:
-            sends = []  # (message index, group, member)
+            sends = []  # (message index, group, (member, channel, raw entry))
             for n in waiting:
                 cast, group, id = routes[n]
                 chosen = choose(cast, id, [m for m, _, _ in members[group].values()])
                 if chosen is not None:
                     sends.append((n, group, members[group][chosen.key]))
-            pipe = self._sync.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for n, _, (member, channel, _) in sends:
-                pipe.publish(channel, json.dumps({"stream": member.key, "event": sse_event(messages[n][1])}))
-            waiting = []
+                _, message, identity = messages[n]
+                envelope = {"stream": member.key, "event": sse_event(message), "message": identity}
+                pipe.publish(channel, json.dumps(envelope))
+            waiting, gone = [], []
             for (n, group, (member, _, raw)), heard in zip(sends, pipe.execute(), strict=True):
                 if heard:
                     taken[n] = True
                 else:
                     members[group].pop(member.key, None)
-                    self._sync.zrem(self.group_key(group), raw)
+                    gone.append((group, raw))
                     waiting.append(n)
+            if gone:
+                pipe = client.pipeline(transaction=False)
+                for group, raw in gone:
+                    pipe.zrem(self.group_key(group), raw)
+                pipe.execute()
         return taken
 
-    def _members(self, groups):
-        """{group: {stream key: (Member, process channel, raw entry)}} of the live streams of these groups."""
+    def _members(self, client, groups):
+        """{group: {stream key: (Member, channel, raw entry)}} of the live streams of these groups."""
         now, groups = time.time() * 1000, list(groups)
-        pipe = self._sync.pipeline(transaction=False)
+        pipe = client.pipeline(transaction=False)
         for group in groups:
             pipe.zremrangebyscore(self.group_key(group), "-inf", now)
             pipe.zrangebyscore(self.group_key(group), now, "+inf")
@@ -254,7 +413,7 @@ class RedisHub:
             found[group] = {}
             for raw in raws:
                 channel, stream, stream_id, sequence = json.loads(raw)
-                found[group][stream] = (Member(stream, stream_id, sequence), channel, raw)
+                found[group][stream] = (Member(stream, stream_id, tuple(sequence)), channel, raw)
         return found
 
 

@@ -39,6 +39,7 @@ REPLACED_ON_SET = (
     "attempts",
     "next_attempt_at",
     "delivered_at",
+    "unreached_since",
     "last_error",
 )
 
@@ -52,7 +53,12 @@ class MessageQuerySet(models.QuerySet):
         again = self.filter(key__in=keys).exclude(state=DeliveryState.DELIVERED)
         keys = list(again.values_list("key", flat=True))
         self.filter(key__in=keys).update(
-            state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, created_at=now, last_error=""
+            state=DeliveryState.PENDING,
+            attempts=0,
+            next_attempt_at=now,
+            created_at=now,
+            unreached_since=None,
+            last_error="",
         )
         return keys
 
@@ -91,6 +97,9 @@ class Message(models.Model):
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.BigIntegerField(null=True, blank=True)
     delivered_at = models.BigIntegerField(null=True, blank=True)
+    unreached_since = models.BigIntegerField(
+        null=True, blank=True, help_text="When an attempt first found no stream for this poll:// address."
+    )
     last_error = models.TextField(blank=True, default="")
 
     objects = MessageQuerySet.as_manager()

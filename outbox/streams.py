@@ -5,12 +5,11 @@ import asyncio
 from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from outbox.hub import hub
+from outbox.hub import hub, requeue_soon
 from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.conf import resonate_settings
 
 KEEPALIVE = ":\n\n"
-DRAIN_S = 0.5  # a stream that reached its maximum age stays open this long after it stops being advertised
 
 
 @require_GET
@@ -20,6 +19,8 @@ async def poll(request, group, id):
         authenticate_stream(request.headers.get("Authorization"))
     except Denied as denied:
         return HttpResponse(denied.message, status=denied.status, content_type="text/plain")
+    if not hub().available():  # the SDKs reconnect after a pause: better than a stream that receives nothing
+        return HttpResponse("The message hub is unavailable; reconnect shortly", status=503, content_type="text/plain")
     response = StreamingHttpResponse(events(group, id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies must not hold events back
@@ -28,25 +29,35 @@ async def poll(request, group, id):
 
 async def events(group, id):
     """The stream's lines. It is registered here, not in the view, so a client gone before the first line
-    never leaves a registered stream behind (the finally below runs only once the generator has started)."""
+    never leaves a registered stream behind (the finally below runs only once the generator has started).
+
+    At its maximum age the stream is closed in the hub first, then sends what was routed to it before.
+    Whatever it took but never handed on (the client left) goes back to the outbox.
+    """
     stream = await hub().register(group, id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + resonate_settings.SSE_MAX_AGE_MS / 1000
     keepalive = resonate_settings.SSE_KEEPALIVE_MS / 1000
+    closed, in_hand = False, None
     try:
         yield KEEPALIVE  # the stream is open: clients see headers and a first line at once
         while (left := deadline - loop.time()) > 0:
             try:
-                yield await asyncio.wait_for(stream.queue.get(), timeout=min(keepalive, left))
+                in_hand = await asyncio.wait_for(stream.queue.get(), timeout=min(keepalive, left))
             except TimeoutError:
                 yield KEEPALIVE
-        # Stop being advertised, then pass on what deliverers routed here just before: a message they
-        # sent in that moment is marked delivered, and an unblock is never sent again.
-        await hub().withdraw(stream)
-        while True:
-            try:
-                yield await asyncio.wait_for(stream.queue.get(), timeout=DRAIN_S)
-            except TimeoutError:
-                break
+                continue
+            yield in_hand[0]
+            in_hand = None  # asked for the next line: this one went out
+        await hub().close(stream)
+        closed = True
+        while not stream.queue.empty():
+            in_hand = stream.queue.get_nowait()
+            yield in_hand[0]
+            in_hand = None
     finally:
-        await hub().unregister(stream)
+        try:
+            if not closed:
+                await hub().close(stream)
+        finally:
+            requeue_soon(([in_hand[1]] if in_hand else []) + stream.leftovers())

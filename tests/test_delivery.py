@@ -7,24 +7,46 @@ from outbox.models import DeliveryState, Message
 from resonate_site.conf import resonate_settings
 
 
-def message(attempts, created_at=0):
-    return Message(attempts=attempts, created_at=created_at, next_attempt_at=created_at)
+def message(attempts, created_at=0, unreached_since=None):
+    return Message(
+        attempts=attempts, created_at=created_at, next_attempt_at=created_at, unreached_since=unreached_since
+    )
 
 
 def test_a_poll_message_with_no_stream_waits_for_one_until_its_grace_ends():
     grace, retry = resonate_settings.POLL_GRACE_MS, resonate_settings.POLL_RETRY_MS
-    assert settled_as(message(30), Outcome.UNREACHED, grace - 1) == (DeliveryState.PENDING, grace - 1 + retry, None)
-    assert settled_as(message(30), Outcome.UNREACHED, grace)[0] == DeliveryState.DROPPED
+    first = settled_as(message(1), Outcome.UNREACHED, 100)
+    assert first == (DeliveryState.PENDING, 100 + retry, None, 100)
+    waited = message(30, unreached_since=100)
+    assert settled_as(waited, Outcome.UNREACHED, 100 + grace - 1) == (
+        DeliveryState.PENDING,
+        100 + grace - 1 + retry,
+        None,
+        100,
+    )
+    assert settled_as(waited, Outcome.UNREACHED, 100 + grace).state == DeliveryState.DROPPED
+
+
+def test_the_grace_runs_from_the_first_attempt_that_found_no_stream_not_from_creation():
+    """A message that waited out an outage (no deliverer, no hub, no database) still gets its whole grace."""
+    late = resonate_settings.POLL_GRACE_MS * 3
+    assert settled_as(message(1, created_at=0), Outcome.UNREACHED, late).state == DeliveryState.PENDING
+
+
+def test_while_the_hub_is_down_a_poll_message_is_retried_and_its_grace_does_not_run():
+    retry = resonate_settings.POLL_RETRY_MS
+    assert settled_as(message(5), Outcome.HUB_DOWN, 100) == (DeliveryState.PENDING, 100 + retry, None, None)
+    assert settled_as(message(5, unreached_since=40), Outcome.HUB_DOWN, 100).unreached_since == 40
 
 
 def test_a_push_is_retried_with_doubling_backoff_then_fails():
     backoff = resonate_settings.DELIVERY_BACKOFF_MS
-    assert settled_as(message(1), Outcome.RETRY, 100) == (DeliveryState.PENDING, 100 + backoff, None)
-    assert settled_as(message(2), Outcome.RETRY, 100) == (DeliveryState.PENDING, 100 + 2 * backoff, None)
-    assert settled_as(message(resonate_settings.DELIVERY_ATTEMPTS), Outcome.RETRY, 100)[0] == DeliveryState.FAILED
+    assert settled_as(message(1), Outcome.RETRY, 100) == (DeliveryState.PENDING, 100 + backoff, None, None)
+    assert settled_as(message(2), Outcome.RETRY, 100) == (DeliveryState.PENDING, 100 + 2 * backoff, None, None)
+    assert settled_as(message(resonate_settings.DELIVERY_ATTEMPTS), Outcome.RETRY, 100).state == DeliveryState.FAILED
 
 
 @pytest.mark.parametrize("attempts", [1, 5])
 def test_delivered_and_dropped_are_final(attempts):
-    assert settled_as(message(attempts), Outcome.DELIVERED, 7) == (DeliveryState.DELIVERED, 0, 7)
-    assert settled_as(message(attempts), Outcome.DROPPED, 7)[0] == DeliveryState.DROPPED
+    assert settled_as(message(attempts), Outcome.DELIVERED, 7) == (DeliveryState.DELIVERED, 0, 7, None)
+    assert settled_as(message(attempts), Outcome.DROPPED, 7).state == DeliveryState.DROPPED

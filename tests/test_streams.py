@@ -1,25 +1,65 @@
-"""How a poll stream ends (outbox/streams.py): it stops being advertised, then passes on what was in flight."""
+"""How a poll stream ends (outbox/streams.py): closed in the hub first, then what was routed to it is sent,
+and what it took but never sent goes back to the outbox."""
 
 import asyncio
+import time
+
+import pytest
 
 from outbox.hub import hub
-from outbox.streams import DRAIN_S, events
+from outbox.models import DeliveryState, Message, MessageKind
+from outbox.streams import events
+
+ADDRESS = "poll://uni@drain/w1"
 
 
-def test_a_message_routed_as_the_stream_reaches_its_maximum_age_still_reaches_the_client(settings):
+@pytest.fixture
+def memory_hub(settings, monkeypatch):
+    import outbox.hub
+
     settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 100, "SSE_KEEPALIVE_MS": 1000, "HUB_URL": ""}
+    monkeypatch.setattr(outbox.hub, "_hub", None)
+    return hub()
+
+
+def test_a_message_routed_just_before_the_stream_reaches_its_maximum_age_still_reaches_the_client(memory_hub):
+    close = memory_hub.close
+
+    async def routed_then_closed(stream):
+        # A deliverer in another thread routes a message to the stream the instant before it closes.
+        await asyncio.to_thread(memory_hub.publish_all, [(ADDRESS, {"kind": "unblock"}, None)])
+        await close(stream)
+
+    memory_hub.close = routed_then_closed
 
     async def scenario():
-        received = []
         lines = events("drain", "w1")
-        received.append(await anext(lines))  # the stream is registered and open
-        [stream] = hub().streams["drain"].values()
-        # In flight when the stream stops being advertised (0.1 s): it arrives during the drain.
-        asyncio.get_running_loop().call_later(0.1 + DRAIN_S / 2, stream._put, "data: late\n\n")
+        received = [await anext(lines)]  # the stream is registered and open
         received += [item async for item in lines]
-        routed_after = hub().publish_all([("poll://uni@drain/w1", {"kind": "unblock"})])
+        routed_after = memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, None)])
         return received, routed_after
 
     received, routed_after = asyncio.run(scenario())
-    assert "data: late\n\n" in received
+    assert received[-1] == 'data: {"kind":"unblock"}\n\n'
     assert routed_after == [False]  # the ended stream is no longer a destination
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_a_stream_took_but_never_sent_goes_back_to_the_outbox_when_its_client_leaves(memory_hub):
+    [key] = Message.objects.set_messages([(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}})], now=1)
+    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2)  # as a deliverer records it
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, [key, 1])]) == [True]
+        await asyncio.sleep(0.01)  # on the stream's queue; the client goes away before reading it
+        await lines.aclose()
+
+    asyncio.run(scenario())
+
+    deadline = time.monotonic() + 5
+    while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
+        time.sleep(0.02)
+    message = Message.objects.get(key=key)
+    assert message.state == DeliveryState.PENDING and message.delivered_at is None

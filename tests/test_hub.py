@@ -1,0 +1,111 @@
+"""The Redis hub (outbox/hub.py) against a Redis of the test's own: stale entries, many streams, Redis going away."""
+
+import asyncio
+import time
+
+import pytest
+
+from outbox.hub import HubUnavailable, RedisHub
+
+
+def event(n):
+    return {"kind": "unblock", "data": {"n": n}}
+
+
+async def next_line(stream, timeout=5):
+    line, _ = await asyncio.wait_for(stream.queue.get(), timeout)
+    return line
+
+
+async def publish(hub, address, message, identity=None):
+    return await asyncio.to_thread(hub.publish_all, [(address, message, identity)])
+
+
+def test_a_stream_left_advertised_by_a_failed_withdrawal_does_not_swallow_messages(own_redis):
+    """Unicast goes to the oldest stream of an id: if that one is a leftover, the message must reach the live one."""
+    hub = RedisHub(own_redis.url)
+
+    async def scenario():
+        stale = await hub.register("g", "w1")
+        await hub._unsubscribe(stale)  # gone from its process, but its advertisement is still in Redis
+        hub.streams.pop(stale.key)
+        live = await hub.register("g", "w1")
+
+        taken = await publish(hub, "poll://uni@g/w1", event(1))
+
+        return taken, await next_line(live), await hub.client.zcard(hub.group_key("g"))
+
+    taken, line, advertised = asyncio.run(scenario())
+    assert taken == [True] and '"n":1' in line
+    assert advertised == 1  # the leftover was struck
+
+
+def test_many_streams_closing_at_once_leave_no_destination_behind(own_redis):
+    hub = RedisHub(own_redis.url)
+
+    async def scenario():
+        streams = [await hub.register("g", f"w{n}") for n in range(300)]
+        await asyncio.gather(*(hub.close(stream) for stream in streams))
+        taken = await asyncio.to_thread(hub.publish_all, [(f"poll://uni@g/w{n}", event(n), None) for n in range(300)])
+        reconnected = await hub.register("g", "w7")
+        again = await publish(hub, "poll://uni@g/w7", event(7))
+        return taken, again, await next_line(reconnected), await hub.client.zcard(hub.group_key("g"))
+
+    taken, again, line, advertised = asyncio.run(scenario())
+    assert taken == [False] * 300  # nobody to take them: they wait in the outbox for the worker to reconnect
+    assert again == [True] and '"n":7' in line
+    assert advertised == 1
+
+
+def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_it_returns(own_redis):
+    """Redis restarted with nothing on disk: subscriptions and advertisements are gone and must come back."""
+    hub = RedisHub(own_redis.url)
+
+    async def loop_lag(seconds):
+        """The longest the event loop was kept from running a 10 ms sleep (a spinning relay would starve it)."""
+        worst, until = 0.0, time.monotonic() + seconds
+        while time.monotonic() < until:
+            started = time.monotonic()
+            await asyncio.sleep(0.01)
+            worst = max(worst, time.monotonic() - started - 0.01)
+        return worst
+
+    async def scenario():
+        stream = await hub.register("g", "w1")
+        own_redis.kill()
+        lag_while_down = await loop_lag(2)
+        with pytest.raises(HubUnavailable):
+            await publish(hub, "poll://uni@g/w1", event(0))
+        with pytest.raises(HubUnavailable):
+            await hub.register("g", "w2")  # a new stream is refused (the view answers 503) rather than left deaf
+        own_redis.start()
+        back = time.monotonic()
+        while await publish(hub, "poll://uni@g/w1", event(1)) != [True]:
+            assert time.monotonic() - back < 10, "the stream never became reachable again"
+            await asyncio.sleep(0.05)
+        return lag_while_down, time.monotonic() - back, await next_line(stream)
+
+    lag_while_down, recovered_in, line = asyncio.run(scenario())
+    assert lag_while_down < 0.5
+    assert recovered_in < 5
+    assert '"n":1' in line
+
+
+def test_a_message_published_to_a_stream_that_just_closed_goes_back_to_the_outbox(own_redis, monkeypatch):
+    import outbox.hub
+
+    requeued = []
+    monkeypatch.setattr(outbox.hub, "requeue_soon", requeued.extend)
+    hub = RedisHub(own_redis.url)
+
+    async def scenario():
+        stream = await hub.register("g", "w1")
+        hub.streams.pop(stream.key)  # closed in this process, its channel not yet unsubscribed
+        taken = await publish(hub, "poll://uni@g/w1", event(1), identity=["u:1:p", 5])
+        deadline = time.monotonic() + 5
+        while not requeued and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return taken
+
+    assert asyncio.run(scenario()) == [True]
+    assert requeued == [("u:1:p", 5)]
