@@ -1,6 +1,7 @@
 """Who delivers a committed message: a Celery worker (production) or this process's deliverer thread (embedded)."""
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -22,20 +23,73 @@ _deliverer = None  # the embedded Deliverer, in the process that runs one
 def announce(*keys):
     """Deliver the messages with these keys once the transaction that wrote them commits.
 
-    The keys of one operation go out together: one notification (one Celery task) per commit.
+    The keys of one operation go out together: one notice per commit.
     """
     after_commit(notify, *keys)
 
 
 def notify(keys):
-    """Have these committed messages delivered now; if that fails, the periodic delivery pass sends them."""
-    if resonate_settings.BACKGROUND == "celery":
+    """Have these committed messages delivered now, from another thread: a request never waits on delivery or
+    on the broker. Whatever this misses, the periodic delivery pass sends."""
+    if _deliverer is not None:
+        _deliverer.wake(keys)
+    elif resonate_settings.BACKGROUND == "celery":
+        announcer().wake(keys)
+    # Otherwise nobody delivers in this process (tests, commands): the message waits in the outbox.
+
+
+class Announcer(threading.Thread):
+    """Production mode: hands the keys committed in this process to Celery workers, a task per batch.
+
+    Keys announced while a publish is under way go out together in the next one. With the broker down
+    or stalled, publishing fails after its short timeouts and the keys are left to Beat's delivery pass.
+    """
+
+    WAITING = 10_000  # keys held while the broker is slow; beyond that, the delivery pass has them
+
+    def __init__(self):
+        super().__init__(name="resonate-announcer", daemon=True)
+        self.keys = queue.Queue(self.WAITING)
+
+    def wake(self, keys):
+        try:
+            self.keys.put_nowait(keys)
+        except queue.Full:
+            log.warning("%d messages not announced (the broker is slow); the delivery pass will send them", len(keys))
+
+    def run(self):
+        from outbox.delivery import BATCH
         from outbox.tasks import deliver as deliver_task
 
-        deliver_task.delay(keys)
-    elif _deliverer is not None:
-        _deliverer.wake(keys)
-    # Otherwise nobody delivers in this process (tests, commands): the message waits in the outbox.
+        while True:
+            keys = self.keys.get()
+            while len(keys) < BATCH:
+                try:
+                    keys = keys + self.keys.get_nowait()
+                except queue.Empty:
+                    break
+            for start in range(0, len(keys), BATCH):
+                try:
+                    deliver_task.delay(keys[start : start + BATCH])
+                except Exception as error:
+                    log.warning(
+                        "could not announce %d messages (%s); the delivery pass will send them", len(keys), error
+                    )
+
+
+_announcer = (None, None)  # (process id, Announcer): a forked process starts its own
+_announcer_lock = threading.Lock()
+
+
+def announcer():
+    global _announcer
+    with _announcer_lock:
+        pid, running = _announcer
+        if pid != os.getpid():
+            running = Announcer()
+            running.start()
+            _announcer = (os.getpid(), running)
+        return running
 
 
 def requeue(identities):

@@ -11,6 +11,9 @@ DEFAULTS = {
     "DEBUG": False,  # enables debug.* operations and head["resonate:debug_time"]
     "SERVER_URL": "",  # public URL of this server, sent as head.serverUrl in execute messages (D14)
     "MAX_BODY_BYTES": 10 * 1024 * 1024,  # larger request bodies get a 413
+    # Serving (manage.py serve): slow or idle clients must not hold the server's threads or sockets
+    "READ_TIMEOUT_MS": 10_000,  # a request's headers, then its body, must each arrive within this (else closed / 408)
+    "MAX_CONNECTIONS": 10_000,  # open connections (SSE streams included) per server process; more get a 503
     # Authentication of POST / and /poll (resonate_site/auth.py): bearer JWTs signed by this public key
     "AUTH_PUBLIC_KEY_FILE": "",  # path of a PEM public key (RSA, EC P-256/P-384 or Ed25519); "" = no auth
     "AUTH_ISSUER": "",  # when set, tokens must carry this `iss`
@@ -44,6 +47,8 @@ CHOICES = {"BACKGROUND": {"embedded", "celery"}, "LOG_FORMAT": {"text", "json"}}
 POSITIVE = {
     "RETRY_TIMEOUT_MS",
     "MAX_BODY_BYTES",
+    "READ_TIMEOUT_MS",
+    "MAX_CONNECTIONS",
     "DB_RETRIES",
     "SWEEP_PERIOD_MS",
     "SWEEP_IDLE_MS",

@@ -141,10 +141,18 @@ RESONATE = from_environment()
 # the database (django-celery-beat) and is seeded from CELERY_BEAT_SCHEDULE when Beat starts.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_ACKS_LATE = True
+# Tasks are wake-up calls: what they act on (due timeouts, undelivered messages) is claimed in the database,
+# and a task lost with its worker is made good by the next periodic one. Acknowledging on receipt also keeps
+# the worker alive through a broker outage (kombu cannot restore unacknowledged messages without a broker).
+CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through LOGGING (RESONATE_LOG_FORMAT)
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # workers and Beat wait out a broker outage of any length
+# Publishing runs after a request's commit: it must fail fast rather than hold the request when the broker is
+# down or stalled (the periodic delivery pass sends what it could not announce).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 2, "max_retries": 1}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 

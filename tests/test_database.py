@@ -113,3 +113,32 @@ def test_a_committed_operation_answers_200_when_telling_the_deliverer_fails(monk
 
     assert reply["head"]["status"] == 200
     assert answer(envelope("task.get", {"id": "wf"}))["data"]["task"]["state"] == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_never_waits_for_a_stalled_broker(settings, monkeypatch):
+    import threading
+    import time
+
+    from outbox.tasks import deliver
+
+    settings.RESONATE = {**settings.RESONATE, "BACKGROUND": "celery"}
+    stalled, announced = threading.Event(), []
+
+    def publish_to_a_stalled_broker(keys):
+        announced.append(keys)
+        stalled.wait(30)
+
+    monkeypatch.setattr(deliver, "delay", publish_to_a_stalled_broker)
+    body = envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": {"resonate:target": "poll://any@g"}})
+
+    started = time.monotonic()
+    reply = answer(body)
+    answered_in = time.monotonic() - started
+    stalled.set()
+
+    assert reply["head"]["status"] == 200 and answered_in < 1
+    deadline = time.monotonic() + 5
+    while not announced and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert announced == [["e:wf"]]  # announced all the same, from the announcer's own thread

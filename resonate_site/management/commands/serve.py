@@ -4,6 +4,7 @@ In the embedded mode (the default, RESONATE_BACKGROUND=embedded) the same proces
 timeouts and delivers messages, in two threads. In production mode Celery workers and Beat do that.
 """
 
+import os
 import threading
 
 import uvicorn
@@ -14,6 +15,7 @@ from outbox.dispatch import Deliverer
 from resonate_site.auth import refuse_unprotected
 from resonate_site.conf import resonate_settings
 from resonate_site.metrics import clear_if_unused, multiprocess_dir
+from resonate_site.serving import PARENT
 from schedules.sweeper import keep_sweeping
 
 GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
@@ -48,6 +50,8 @@ class Command(BaseCommand):
             Deliverer(stop.is_set).start()
         mode = "embedded: sweeping and delivering in this process" if embedded else "timeouts and delivery by Celery"
         self.stdout.write(f"Resonate server on http://{host}:{port}/ ({mode})")
+        if workers > 1:
+            os.environ[PARENT] = str(os.getpid())  # the worker processes exit if this one dies
         try:
             uvicorn.run(
                 "resonate_site.asgi:application",
@@ -59,6 +63,8 @@ class Command(BaseCommand):
                 access_log=False,
                 lifespan="off",
                 timeout_graceful_shutdown=GRACE_S,
+                http="resonate_site.serving:GuardedHttpProtocol",
+                limit_concurrency=resonate_settings.MAX_CONNECTIONS,
             )
         finally:
             stop.set()

@@ -1,0 +1,73 @@
+"""What `manage.py serve` adds to uvicorn so that clients and crashes cannot take a server process down.
+
+- A deadline on request headers: uvicorn closes idle kept-alive connections, but a connection that
+  never sends a byte, or trickles its headers, is otherwise held for as long as the client likes.
+- Server processes (uvicorn workers) that exit when the process that started them is gone: a
+  supervisor restarting `serve` after a SIGKILL must find the port free, not held by orphans.
+"""
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from resonate_site.conf import resonate_settings
+
+log = logging.getLogger(__name__)
+
+PARENT = "RESONATE_SERVE_PARENT"  # set by serve for the worker processes it starts
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose request headers do not arrive within
+    READ_TIMEOUT_MS of its opening or of the request's first byte."""
+
+    header_deadline = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._expect_headers()
+
+    def on_message_begin(self):
+        super().on_message_begin()
+        self._expect_headers()
+
+    def on_headers_complete(self):
+        self._headers_arrived()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc):
+        self._headers_arrived()
+        super().connection_lost(exc)
+
+    def _expect_headers(self):
+        self._headers_arrived()
+        self.header_deadline = self.loop.call_later(resonate_settings.READ_TIMEOUT_MS / 1000, self._too_slow)
+
+    def _headers_arrived(self):
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def _too_slow(self):
+        self.header_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def watch_parent():
+    """In a worker process started by serve: exit (gracefully, by SIGTERM) once serve itself is gone."""
+    parent = os.environ.get(PARENT)
+    if not parent or int(parent) == os.getpid():
+        return
+
+    def watch():
+        while os.getppid() == int(parent):
+            time.sleep(1)
+        log.warning("the serve process %s is gone; this server process stops", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="resonate-parent-watch", daemon=True).start()

@@ -1,0 +1,186 @@
+"""Production mode as users run it (bin/production: supervisord, `serve` with two server processes, a Celery worker,
+Beat), on a Redis of its own and behind a TCP proxy to PostgreSQL, so that tests can break every part of it."""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import xmlrpc.client
+from pathlib import Path
+
+import dj_database_url
+import httpx
+import psycopg
+import pytest
+from django.conf import settings
+
+from tests.faults import ROOT, OwnRedis, PgProxy, free_port
+
+logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request of the load otherwise
+
+RESULTS = []  # one row per fault, printed at the end of the run and appended to var/chaos.jsonl
+
+# CHAOS_LONG=1 runs each fault under longer and heavier load (by hand; CI runs the bounded form).
+LONG = os.environ.get("CHAOS_LONG", "") not in ("", "0")
+
+SETTINGS = {
+    "RESONATE_RETRY_TIMEOUT_MS": "2000",  # a lost execute is sent again after this
+    "RESONATE_SSE_MAX_AGE_MS": "30000",  # streams end and reconnect during the run (every 120 s in production)
+    "RESONATE_SSE_KEEPALIVE_MS": "5000",
+    "RESONATE_READ_TIMEOUT_MS": "3000",
+}
+
+
+def runtime_python():
+    """The interpreter production runs on: RESONATE_RUNTIME_PYTHON (a venv built from requirements.txt alone, as
+    bin/test makes), else this one."""
+    return os.environ.get("RESONATE_RUNTIME_PYTHON") or sys.executable
+
+
+class Deployment:
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.redis = OwnRedis(self.directory).start()
+        self.proxy = PgProxy(self.directory)
+        self.database = f"resonate_chaos_{uuid.uuid4().hex[:10]}"
+        admin = dj_database_url.parse(os.environ["DATABASE_URL"])
+        self.admin_dsn = f"host={admin['HOST']} port={admin['PORT']} user={admin['USER']} dbname=postgres"
+        self.direct_url = f"postgres://{admin['USER']}@{admin['HOST']}:{admin['PORT']}/{self.database}"
+        python = runtime_python()
+        self.env = {
+            **os.environ,
+            **SETTINGS,
+            "DATABASE_URL": self.proxy.url(self.database, admin["USER"]),
+            "RESONATE_HUB_URL": self.redis.url,
+            "CELERY_BROKER_URL": self.redis.url,
+            "RESONATE_AUTH_DISABLED": "true",
+            "RESONATE_DEBUG": "false",
+            "RESONATE_PYTHON": python,
+            "RESONATE_RUN_DIR": str(self.directory / "run"),
+            "RESONATE_PORT": str(self.port),
+            "RESONATE_SERVER_PROCESSES": "2",
+            "RESONATE_CELERY_CONCURRENCY": "4",
+            "PATH": f"{Path(python).parent}:{os.environ['PATH']}",
+        }
+        self.supervisord = None
+
+    def start(self):
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            connection.execute(f'CREATE DATABASE "{self.database}"')
+        self.manage("migrate", "-v", "0")
+        self.log = open(self.directory / "bin-production.log", "w")  # noqa: SIM115 (closed in stop)
+        self.supervisord = subprocess.Popen(
+            ["bin/production"], cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        self.wait_until_serving(60)
+        self.control = xmlrpc.client.ServerProxy(
+            "http://127.0.0.1", transport=_unix_transport(self.directory / "run" / "supervisor.sock")
+        )
+
+    def manage(self, *args):
+        env = {**self.env, "DATABASE_URL": self.direct_url}
+        return subprocess.run(
+            [runtime_python(), "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        )
+
+    def wait_until_serving(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.supervisord.poll() is not None:
+                raise RuntimeError(f"bin/production exited; see {self.log.name}")
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"production mode not ready after {timeout} s; see {self.directory}")
+
+    # processes
+
+    def pid(self, program):
+        return self.control.supervisor.getProcessInfo(program)["pid"]
+
+    def states(self):
+        return {info["name"]: info["statename"] for info in self.control.supervisor.getAllProcessInfo()}
+
+    @staticmethod
+    def children(pid):
+        path = Path(f"/proc/{pid}/task/{pid}/children")
+        return [int(child) for child in path.read_text().split()] if path.exists() else []
+
+    def server_processes(self):
+        """serve's uvicorn worker processes (not multiprocessing's resource tracker)."""
+        return [
+            child
+            for child in self.children(self.pid("server"))
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+        ]
+
+    @staticmethod
+    def kill(pid):
+        os.kill(pid, signal.SIGKILL)
+
+    def all_running(self):
+        return set(self.states().values()) == {"RUNNING"}
+
+    def check(self):
+        """manage.py check: Django's checks and the protocol's invariants over every row."""
+        return self.manage("check")
+
+    def stop(self):
+        if self.supervisord is not None and self.supervisord.poll() is None:
+            self.supervisord.send_signal(signal.SIGTERM)
+            try:
+                self.supervisord.wait(60)
+            except subprocess.TimeoutExpired:
+                self.supervisord.kill()
+            self.log.close()
+        self.proxy.stop()
+        self.redis.stop()
+        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+
+def _unix_transport(socket_path):
+    from supervisor.xmlrpc import SupervisorTransport
+
+    return SupervisorTransport(None, None, f"unix://{socket_path}")
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+        raise RuntimeError("production mode runs on PostgreSQL: mark the test postgres")
+    deployment = Deployment(tmp_path_factory.mktemp("chaos"))
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    terminalreporter.section("faults injected into production mode: what the ledger showed")
+    header = (
+        f"{'fault':<34} {'recovery':>9} {'flows':>6} {'timers':>6} {'lost':>5} {'dup':>4} {'early':>5} {'late p99':>9}"
+    )
+    terminalreporter.write_line(header)
+    out = ROOT / "var" / "chaos.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    with open(out, "a") as f:
+        for row in RESULTS:
+            late = "" if row["timer lateness p99 ms"] is None else f"{row['timer lateness p99 ms']} ms"
+            terminalreporter.write_line(
+                f"{row['fault']:<34} {row['recovery s']:>8.1f}s {row['workflows']:>6} {row['timers']:>6}"
+                f" {row['lost']:>5} {row['duplicated']:>4} {row['early']:>5} {late:>9}"
+            )
+            f.write(json.dumps(row) + "\n")
