@@ -170,7 +170,7 @@ class RedisHub:
     REFRESH_S = 10
     HEARTBEAT_S = 2  # the relay hears its own process channel this often, or reconnects after 3 beats
     WAIT_S = 2  # how long a new stream waits for the hub to be (re)connected
-    BACKOFF_S = (0.1, 2.0)
+    BACKOFF_S = (0.1, 1.0)  # reconnecting: a refused connect costs nothing, so keep trying often
     TIMEOUT_S = 2  # socket timeouts of commands
 
     def __init__(self, url):
@@ -301,6 +301,8 @@ class RedisHub:
                         confirmed.set_result(None)
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await self.client.connection_pool.disconnect()  # stale after Redis went away: start afresh
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.BACKOFF_S[1])
 

@@ -149,6 +149,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through LOGGING (RESONAT
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # workers and Beat wait out a broker outage of any length
+CELERY_WORKER_CONSUMER = "resonate_site.celery:Consumer"  # ... and notice its end within 2 s
 # Publishing runs after a request's commit: it must fail fast rather than hold the request when the broker is
 # down or stalled (the periodic delivery pass sends what it could not announce).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 2, "max_retries": 1}

@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 import xmlrpc.client
@@ -18,6 +17,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from tests.e2e.servers import runtime_python
 from tests.faults import ROOT, OwnRedis, PgProxy, free_port
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request of the load otherwise
@@ -33,12 +33,6 @@ SETTINGS = {
     "RESONATE_SSE_KEEPALIVE_MS": "5000",
     "RESONATE_READ_TIMEOUT_MS": "3000",
 }
-
-
-def runtime_python():
-    """The interpreter production runs on: RESONATE_RUNTIME_PYTHON (a venv built from requirements.txt alone, as
-    bin/test makes), else this one."""
-    return os.environ.get("RESONATE_RUNTIME_PYTHON") or sys.executable
 
 
 class Deployment:

@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 
@@ -11,7 +10,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from tests.e2e.servers import ROOT, Process, free_port, wait_ready
+from tests.e2e.servers import ROOT, Process, free_port, runtime_python, wait_ready
 
 
 @dataclass
@@ -44,7 +43,7 @@ def database_url(tmp_path_factory):
 
 def migrate(url):
     subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        [runtime_python(), "manage.py", "migrate", "-v", "0"],
         cwd=ROOT,
         check=True,
         env={**os.environ, "DATABASE_URL": url},
@@ -74,7 +73,9 @@ def embedded_env(database_url, server_settings=FAST):
 
 def start_embedded(env, log):
     port = free_port()
-    process = Process(["manage.py", "serve", "--port", str(port), "--log-level", "warning"], env, log)
+    process = Process(
+        ["manage.py", "serve", "--port", str(port), "--log-level", "warning"], env, log, python=runtime_python()
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, process)
     return Server(url, process, env)
@@ -145,6 +146,7 @@ class Cluster:
                 ["manage.py", "serve", "--port", str(port), "--log-level", "warning"],
                 self.env,
                 self.logs / f"server-{n}.log",
+                python=runtime_python(),
             )
             self.servers.append(Server(f"http://127.0.0.1:{port}", process, self.env))
         for server in self.servers:
@@ -164,6 +166,7 @@ class Cluster:
             ],
             self.env,
             self.logs / "beat.log",
+            python=runtime_python(),
         )
 
     def start_worker(self):
@@ -184,6 +187,7 @@ class Cluster:
             ],
             self.env,
             self.logs / f"worker-{len(list(self.logs.glob('worker-*')))}.log",
+            python=runtime_python(),
         )
 
     def stop(self):

@@ -26,13 +26,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Process:
-    """A child process whose output goes to a log file, stopped (and waited for) on close."""
+def runtime_python():
+    """The interpreter the server, Celery and Beat run on: RESONATE_RUNTIME_PYTHON (bin/test sets a venv built from
+    requirements.txt alone, as users install it), else this one."""
+    return os.environ.get("RESONATE_RUNTIME_PYTHON") or sys.executable
 
-    def __init__(self, args, env, log):
+
+class Process:
+    """A Python child process whose output goes to a log file, stopped (and waited for) on close."""
+
+    def __init__(self, args, env, log, python=sys.executable):
         self.log = open(log, "w")  # noqa: SIM115 (closed in stop)
         self.popen = subprocess.Popen(
-            [sys.executable, *args],
+            [python, *args],
             cwd=ROOT,
             env=env,
             stdout=self.log,
