@@ -77,8 +77,17 @@ def database_from_url(url):
         }
     elif db["ENGINE"] == "django.db.backends.postgresql":
         db["CONN_MAX_AGE"] = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
+        # A database that does not answer a connect, or a connection whose peer went silent, is given up on
+        # in seconds, not after TCP's minutes of retries.
+        db["OPTIONS"] = {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 30,
+            "keepalives_interval": 10,
+            "keepalives_count": 3,
+        }
         if os.environ.get("DATABASE_SERVER_SIDE_BINDING", "").lower() in {"1", "true"}:
-            db["OPTIONS"] = {"server_side_binding": True}
+            db["OPTIONS"]["server_side_binding"] = True
         # No per-request health check (a round trip each): promises.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db

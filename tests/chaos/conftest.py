@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from tests.e2e.conftest import database_url  # noqa: F401 (a fixture: a fresh, migrated database)
 from tests.e2e.servers import runtime_python
 from tests.faults import ROOT, OwnRedis, PgProxy, free_port
 

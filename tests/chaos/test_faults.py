@@ -6,6 +6,7 @@ one fault, then checks the ledger and the protocol's invariants (`manage.py chec
 printed at the end of the run (and var/chaos.jsonl); README.md shows one such table.
 """
 
+import os
 import random
 import socket
 import threading
@@ -39,11 +40,30 @@ def kill_a_server_process(deployment, load):
 
 
 def kill_serve(deployment, load):
-    deployment.kill(deployment.pid("server"))  # supervisord starts serve again; its server processes follow it out
+    """supervisord starts serve again; its server processes follow it out rather than hold the port as orphans."""
+    orphans = deployment.server_processes()
+    deployment.kill(deployment.pid("server"))
+    assert_gone(orphans, within_s=10)
 
 
 def kill_the_worker_master(deployment, load):
+    orphans = deployment.children(deployment.pid("worker"))
     deployment.kill(deployment.pid("worker"))
+    assert_gone(orphans, within_s=10)
+
+
+def assert_gone(pids, within_s):
+    deadline = time.monotonic() + within_s
+    while alive := [pid for pid in pids if os.path.exists(f"/proc/{pid}") and "Z" not in state(pid)]:
+        assert time.monotonic() < deadline, f"processes {alive} outlived their parent"
+        time.sleep(0.1)
+
+
+def state(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
 
 
 def kill_a_worker_child(deployment, load):
