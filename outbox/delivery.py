@@ -55,7 +55,9 @@ def deliver_due(push_only=False):
     return total
 
 
-POLL_LEASE_MS = 5000  # a publish through the hub takes milliseconds, or fails within its 2 s timeouts
+# A publish through the hub takes milliseconds; when Redis is slow it can outlast this (waits for a pooled
+# connection, connects and reads of 2 s each), and the message is then sent twice: at least once, as promised.
+POLL_LEASE_MS = 5000
 
 
 def claim(keys, now, limit, push_only=False):
@@ -156,7 +158,7 @@ class Settled(NamedTuple):
 def settled_as(message, outcome, now):
     """The message's bookkeeping after an attempt with this outcome."""
     if outcome is Outcome.DELIVERED:
-        return Settled(DeliveryState.DELIVERED, message.next_attempt_at, now, message.unreached_since)
+        return Settled(DeliveryState.DELIVERED, message.next_attempt_at, now)
     if outcome is Outcome.UNREACHED:
         # A stream reconnects after each SSE_MAX_AGE_MS, and the SDKs wait a second before they do: a
         # message sent in that gap waits for the new stream rather than being lost (unblock is never re-sent).
@@ -175,23 +177,23 @@ def settled_as(message, outcome, now):
     return Settled(DeliveryState.PENDING, now + backoff(message.attempts))
 
 
-def requeue(identities, now):
-    """Messages a stream took but never sent to its client: pending again, due now; their keys.
+def requeue(identities, now, due):
+    """Messages a stream took but never sent to its client: pending again, due at `due`; their keys.
 
     The attempt count moves on, so a deliverer still recording the attempt that routed them cannot
-    mark them delivered afterwards (record matches the attempt it claimed).
+    mark them delivered afterwards (record matches the attempt it claimed); the poll grace starts afresh.
     """
     requeued = []
     with connection.cursor() as cursor:
         for key, created_at in identities:
             cursor.execute(
                 f'UPDATE {TABLE} SET "state" = %s, "attempts" = "attempts" + 1, "next_attempt_at" = %s,'
-                ' "delivered_at" = NULL, "last_error" = %s'
+                ' "delivered_at" = NULL, "unreached_since" = NULL, "last_error" = %s'
                 ' WHERE "key" = %s AND "created_at" = %s AND "state" IN (%s, %s)',
                 [
                     DeliveryState.PENDING,
-                    now,
-                    "taken by a stream that closed before sending it",
+                    due,
+                    "taken by a stream that did not send it",
                     key,
                     created_at,
                     DeliveryState.PENDING,

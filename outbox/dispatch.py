@@ -6,7 +6,7 @@ import queue
 import threading
 import time
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections
 
 from outbox.delivery import deliver, deliver_due
 from outbox.delivery import requeue as requeue_messages
@@ -45,7 +45,7 @@ class Announcer(threading.Thread):
     or stalled, publishing fails after its short timeouts and the keys are left to Beat's delivery pass.
     """
 
-    WAITING = 10_000  # keys held while the broker is slow; beyond that, the delivery pass has them
+    WAITING = 10_000  # batches of keys held while the broker is slow; beyond that, the delivery pass has them
 
     def __init__(self):
         super().__init__(name="resonate-announcer", daemon=True)
@@ -92,17 +92,24 @@ def announcer():
         return running
 
 
-def requeue(identities):
-    """Put messages that reached a stream but not its client back in the outbox, and have them delivered again."""
-    try:
-        keys = run_atomically(requeue_messages, identities, now_ms())
-        if keys:
-            log.info("%d messages went back to the outbox: their stream closed before sending them", len(keys))
-            notify(keys)
-    except Exception:
-        log.exception("could not requeue %d messages; they stay recorded as delivered", len(identities))
-    finally:
-        connections.close_all()  # this thread's own connection
+def requeue(identities, delay_ms=0):
+    """Put messages that reached a stream but not its client back in the outbox: due at once and announced, or
+    after `delay_ms` for the periodic pass (a stream that is full). Runs on a thread of an event loop's executor,
+    which the loop waits for when it closes; retried while the database is away, for about a minute."""
+    close_old_connections()
+    for attempt in range(12):
+        try:
+            keys = run_atomically(requeue_messages, identities, now_ms(), now_ms() + delay_ms)
+            break
+        except Exception:
+            log.warning("could not requeue %d messages yet (attempt %d)", len(identities), attempt + 1, exc_info=True)
+            time.sleep(min(0.5 * 2**attempt, 5))
+    else:
+        log.error("gave up requeueing %d messages; they stay recorded as delivered", len(identities))
+        return
+    if keys and not delay_ms:
+        log.info("%d messages went back to the outbox: their stream closed before sending them", len(keys))
+        notify(keys)
 
 
 class Deliverer(threading.Thread):

@@ -7,8 +7,9 @@ sorted set per group (score = expiry, refreshed while it lives). PUBLISH answers
 heard, so a stream that is gone (its process dead, its advertisement stale) is noticed at once.
 
 A message taken by a stream but never written to its client (the client went away, the stream was
-full, or it reached a process whose stream had just closed) goes back to the outbox (`requeue`), so
-"taken" never means "lost".
+full, or it reached a process whose stream had just closed) goes back to the outbox (`requeue`). What
+a client's socket had already received when the connection broke is lost with it: SSE has no
+acknowledgements (README.md, known limits).
 """
 
 import asyncio
@@ -88,14 +89,12 @@ class Stream:
         return f"resonate:poll:stream:{self.key}"
 
     def put(self, event, identity):
-        """On the stream's event loop: queue an event, or send it back to the outbox if the stream is full."""
+        """On the stream's event loop: queue an event, or send it back to the outbox for later if the stream is full."""
         try:
             self.queue.put_nowait((event, identity))
         except asyncio.QueueFull:
-            log.warning(
-                "stream %s/%s is %d events behind; its message goes back to the outbox", self.group, self.id, BUFFER
-            )
-            requeue_soon([identity])
+            log.warning("stream %s/%s is %d events behind; a message waits in the outbox", self.group, self.id, BUFFER)
+            requeue([identity], delay_ms=_poll_retry_ms())
 
     def leftovers(self):
         """The identities of the events still queued (the stream is ending without sending them)."""
@@ -105,13 +104,21 @@ class Stream:
         return found
 
 
-def requeue_soon(identities):
-    """Send messages that reached a stream but not its client back to the outbox, from a thread (database I/O)."""
-    identities = [identity for identity in identities if identity is not None]
+def requeue(identities, delay_ms=0):
+    """From an event loop: send messages that reached a stream but not its client back to the outbox, on the loop's
+    executor (database I/O); the loop waits for it when it closes. Returns the executor's future, or None."""
+    identities = [tuple(identity) for identity in identities if identity is not None]
     if identities:
-        from outbox.dispatch import requeue
+        from outbox import dispatch
 
-        threading.Thread(target=requeue, args=(identities,), name="resonate-requeue", daemon=True).start()
+        return asyncio.get_running_loop().run_in_executor(None, dispatch.requeue, identities, delay_ms)
+    return None
+
+
+def _poll_retry_ms():
+    from resonate_site.conf import resonate_settings
+
+    return resonate_settings.POLL_RETRY_MS
 
 
 async def _flushed(loop):
@@ -128,7 +135,7 @@ class MemoryHub:
         self.streams = {}  # group → {key: Stream}
         self.lock = threading.Lock()
 
-    def available(self):
+    async def ready(self):
         return True
 
     async def register(self, group, id):
@@ -206,8 +213,14 @@ class RedisHub:
 
     # server process side (asyncio)
 
-    def available(self):
-        return self.relay is None or self.up.is_set()  # not started: the first stream starts it and waits
+    async def ready(self):
+        """Whether this process is connected to the hub (waiting WAIT_S for it, the first time or after a loss)."""
+        self._start()
+        try:
+            await asyncio.wait_for(self.up.wait(), self.WAIT_S)
+        except TimeoutError:
+            return False
+        return True
 
     async def register(self, group, id):
         self._start()
@@ -230,7 +243,7 @@ class RedisHub:
         confirm it, which comes after every message published to the channel before.
         """
         try:
-            await self.client.zrem(self.group_key(stream.group), self.member(stream))
+            await self._withdraw([stream])
         except Exception as error:  # a stale advertisement is struck by the first deliverer nobody hears
             log.info("could not withdraw stream %s/%s: %r", stream.group, stream.id, error)
         try:
@@ -251,6 +264,12 @@ class RedisHub:
             log.info("unsubscribing %s/%s: %r", stream.group, stream.id, error)
         finally:
             self.closing.pop(stream.channel, None)
+
+    async def _withdraw(self, streams):
+        pipe = self.client.pipeline(transaction=False)
+        for stream in streams:
+            pipe.zrem(self.group_key(stream.group), self.member(stream))
+        await pipe.execute()
 
     async def _advertise(self, streams):
         expiry = time.time() * 1000 + self.TTL_MS
@@ -285,6 +304,11 @@ class RedisHub:
                     await pubsub.subscribe(*(s.channel for s in streams))
                     await self._advertise(streams)
                 self.up.set()
+                # Streams that closed meanwhile found no connection to unsubscribe from: undo them here.
+                gone = [stream for stream in streams if stream.key not in self.streams]
+                if gone:
+                    await pubsub.unsubscribe(*(stream.channel for stream in gone))
+                    await self._withdraw(gone)
                 if backoff > self.BACKOFF_S[0]:
                     log.warning("message hub reconnected; %d streams subscribed again", len(streams))
                 backoff = self.BACKOFF_S[0]
@@ -328,7 +352,7 @@ class RedisHub:
                 if stream is not None:
                     stream.put(envelope["event"], identity)
                 else:  # the stream closed as this was published
-                    requeue_soon([identity])
+                    requeue([identity])
             elif item["type"] == "unsubscribe" and channel in self.closing:
                 confirmed = self.closing[channel]
                 if not confirmed.done():

@@ -5,7 +5,7 @@ import asyncio
 from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from outbox.hub import hub, requeue_soon
+from outbox.hub import HubUnavailable, hub, requeue
 from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.conf import resonate_settings
 
@@ -19,7 +19,7 @@ async def poll(request, group, id):
         authenticate_stream(request.headers.get("Authorization"))
     except Denied as denied:
         return HttpResponse(denied.message, status=denied.status, content_type="text/plain")
-    if not hub().available():  # the SDKs reconnect after a pause: better than a stream that receives nothing
+    if not await hub().ready():  # the SDKs reconnect after a pause: better than a stream that receives nothing
         return HttpResponse("The message hub is unavailable; reconnect shortly", status=503, content_type="text/plain")
     response = StreamingHttpResponse(events(group, id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -34,7 +34,10 @@ async def events(group, id):
     At its maximum age the stream is closed in the hub first, then sends what was routed to it before.
     Whatever it took but never handed on (the client left) goes back to the outbox.
     """
-    stream = await hub().register(group, id)
+    try:
+        stream = await hub().register(group, id)
+    except HubUnavailable:  # Redis went away since the view asked: end the stream, the SDK reconnects
+        return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + resonate_settings.SSE_MAX_AGE_MS / 1000
     keepalive = resonate_settings.SSE_KEEPALIVE_MS / 1000
@@ -60,4 +63,4 @@ async def events(group, id):
             if not closed:
                 await hub().close(stream)
         finally:
-            requeue_soon(([in_hand[1]] if in_hand else []) + stream.leftovers())
+            requeue(([in_hand[1]] if in_hand else []) + stream.leftovers())

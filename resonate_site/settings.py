@@ -79,15 +79,18 @@ def database_from_url(url):
         db["CONN_MAX_AGE"] = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
         # A database that does not answer a connect, or a connection whose peer went silent, is given up on
         # in seconds, not after TCP's minutes of retries.
-        db["OPTIONS"] = {
+        # Defaults only: options given in DATABASE_URL's query string (sslmode=verify-full, …) stay as given.
+        options = db.setdefault("OPTIONS", {})
+        for name, value in {
             "connect_timeout": 5,
             "keepalives": 1,
             "keepalives_idle": 30,
             "keepalives_interval": 10,
             "keepalives_count": 3,
-        }
+        }.items():
+            options.setdefault(name, value)
         if os.environ.get("DATABASE_SERVER_SIDE_BINDING", "").lower() in {"1", "true"}:
-            db["OPTIONS"]["server_side_binding"] = True
+            options["server_side_binding"] = True
         # No per-request health check (a round trip each): promises.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db

@@ -14,14 +14,7 @@ import time
 from pathlib import Path
 
 from tests.chaos.proxy import Proxy
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.e2e.servers import ROOT, free_port
 
 
 def wait_for_port(port, timeout=10, up=True):

@@ -137,7 +137,7 @@ def test_a_request_never_waits_for_a_stalled_broker(settings, monkeypatch):
     answered_in = time.monotonic() - started
     stalled.set()
 
-    assert reply["head"]["status"] == 200 and answered_in < 1
+    assert reply["head"]["status"] == 200 and answered_in < 5  # the broker stalls for 30 s
     deadline = time.monotonic() + 5
     while not announced and time.monotonic() < deadline:
         time.sleep(0.01)

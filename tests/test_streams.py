@@ -9,6 +9,7 @@ import pytest
 from outbox.hub import hub
 from outbox.models import DeliveryState, Message, MessageKind
 from outbox.streams import events
+from resonate_site.conf import resonate_settings
 
 ADDRESS = "poll://uni@drain/w1"
 
@@ -47,7 +48,8 @@ def test_a_message_routed_just_before_the_stream_reaches_its_maximum_age_still_r
 @pytest.mark.django_db(transaction=True)
 def test_what_a_stream_took_but_never_sent_goes_back_to_the_outbox_when_its_client_leaves(memory_hub):
     [key] = Message.objects.set_messages([(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}})], now=1)
-    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2)  # as a deliverer records it
+    # As a deliverer records it, after the message had waited for a stream since 0: its grace starts afresh.
+    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2, unreached_since=0)
 
     async def scenario():
         lines = events("drain", "w1")
@@ -63,3 +65,32 @@ def test_what_a_stream_took_but_never_sent_goes_back_to_the_outbox_when_its_clie
         time.sleep(0.02)
     message = Message.objects.get(key=key)
     assert message.state == DeliveryState.PENDING and message.delivered_at is None
+    assert message.unreached_since is None and message.next_attempt_at <= time.time() * 1000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_for_a_stream_that_is_full_waits_in_the_outbox_and_is_not_announced(memory_hub, monkeypatch):
+    from outbox import dispatch
+    from outbox.hub import BUFFER
+
+    announced = []
+    monkeypatch.setattr(dispatch, "notify", announced.append)
+    [key] = Message.objects.set_messages([(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}})], now=1)
+    routed_at = None
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)  # open; the client reads nothing more
+        memory_hub.publish_all([(ADDRESS, {"kind": "unblock", "n": n}, None) for n in range(BUFFER)])
+        nonlocal routed_at
+        routed_at = time.time() * 1000
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, [key, 1])]) == [True]
+        await asyncio.sleep(0.5)  # the stream finds itself full, and the requeue runs on the loop's executor
+        await lines.aclose()
+
+    asyncio.run(scenario())
+
+    message = Message.objects.get(key=key)
+    retry = resonate_settings.POLL_RETRY_MS
+    assert message.state == DeliveryState.PENDING and message.next_attempt_at >= routed_at + retry - 50
+    assert announced == []  # the periodic pass sends it again: announcing would spin while the stream is full

@@ -170,8 +170,8 @@ class Worker:
             try:
                 if event["kind"] == "execute":
                     self.execute(event["data"]["task"])
-            except Unanswered as error:
-                self.load.errors.append(str(error))
+            except Exception as error:  # reported as itself, not as the work it left undone
+                self.load.errors.append(repr(error))
 
     def execute(self, task):
         ledger = self.load.ledger
@@ -249,8 +249,8 @@ class Load:
             started = time.monotonic()
             try:
                 self.start_one(n)
-            except Unanswered as error:
-                self.errors.append(str(error))
+            except Exception as error:
+                self.errors.append(repr(error))
             time.sleep(max(0.0, 1 / self.rate - (time.monotonic() - started)))
 
     def start_one(self, n):

@@ -75,7 +75,7 @@ def test_slow_bodies_and_headers_hold_no_thread_and_are_cut_at_the_read_timeout(
             time.sleep(0.05)
     stop.set()
 
-    assert worst_health < 0.25 and worst_protocol < 0.5
+    assert worst_health < 1 and worst_protocol < 1  # held up, they would wait out the read timeout (1.5 s)
     for (kind, _), (received, seconds) in results.items():
         assert seconds < READ_TIMEOUT_S + 1.5, (kind, seconds)
         if kind == "body":
