@@ -37,21 +37,26 @@ class Outcome(Enum):
     HUB_DOWN = "hub down"  # the hub could not be asked: retried, and the grace does not run meanwhile
 
 
-def deliver(keys=None, limit=BATCH, push_only=False):
-    """Send due messages (only those with `keys` if given; only http(s) ones if `push_only`); how many were claimed."""
-    claimed = run_atomically(claim, keys, now_ms(), limit, push_only)
+class Transport(Enum):
+    POLL = "poll"  # SSE streams, through the hub
+    PUSH = "push"  # http(s):// POSTs
+
+
+def deliver(keys=None, limit=BATCH, only=None):
+    """Send due messages: only those with `keys` if given, only those of one Transport if `only`. The keys claimed."""
+    claimed = run_atomically(claim, keys, now_ms(), limit, only)
     if claimed:
         messages_claimed(claimed)
         outcomes = send_all(claimed)
         deliveries_recorded(run_atomically(record, claimed, outcomes, now_ms()))
-    return len(claimed)
+    return [message.key for message in claimed]
 
 
-def deliver_due(push_only=False):
+def deliver_due(only=None):
     """Everything due, batch by batch: the periodic pass that catches what on-commit delivery missed."""
     total = 0
-    while count := deliver(push_only=push_only):
-        total += count
+    while sent := len(deliver(only=only)):
+        total += sent
     return total
 
 
@@ -60,7 +65,7 @@ def deliver_due(push_only=False):
 POLL_LEASE_MS = 5000
 
 
-def claim(keys, now, limit, push_only=False):
+def claim(keys, now, limit, only=None):
     """Take up to `limit` due messages: count the attempt, and hold them for a lease.
 
     The lease covers one attempt: a whole HTTP push with its timeout, or a publish to the hub. A
@@ -68,8 +73,10 @@ def claim(keys, now, limit, push_only=False):
     """
     push_lease = resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
     which = f' AND "key" IN ({rows.placeholders(keys)})' if keys else ""
-    if push_only:  # a process with no hub reaches no stream: it must not try poll:// messages (and drop them)
+    if only is Transport.PUSH:  # a process with no hub reaches no stream: it must not try poll:// messages
         which += """ AND "address" NOT LIKE 'poll://%%'"""
+    elif only is Transport.POLL:  # a server process sends to streams itself and leaves pushes to Celery
+        which += """ AND "address" LIKE 'poll://%%'"""
     lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     return rows.fetch_sql(
         Message,

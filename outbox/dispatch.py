@@ -1,4 +1,5 @@
-"""Who delivers a committed message: a Celery worker (production) or this process's deliverer thread (embedded)."""
+"""Who delivers a committed message: the deliverer thread of the process that committed it, at once; Celery for
+HTTP pushes in production; and a periodic pass (Beat's, or the embedded deliverer's) for whatever was missed."""
 
 import logging
 import os
@@ -6,9 +7,9 @@ import queue
 import threading
 import time
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
-from outbox.delivery import deliver, deliver_due
+from outbox.delivery import BATCH, Transport, deliver, deliver_due
 from outbox.delivery import requeue as requeue_messages
 from outbox.models import Pause
 from promises.transactions import after_commit, run_atomically
@@ -16,8 +17,6 @@ from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
 
 log = logging.getLogger(__name__)
-
-_deliverer = None  # the embedded Deliverer, in the process that runs one
 
 
 def announce(*keys):
@@ -29,67 +28,12 @@ def announce(*keys):
 
 
 def notify(keys):
-    """Have these committed messages delivered now, from another thread: a request never waits on delivery or
-    on the broker. Whatever this misses, the periodic delivery pass sends."""
-    if _deliverer is not None:
-        _deliverer.wake(keys)
-    elif resonate_settings.BACKGROUND == "celery":
-        announcer().wake(keys)
+    """Have these committed messages delivered now, by this process's deliverer thread: a request never waits on
+    delivery. Whatever a deliverer misses, the periodic delivery pass sends."""
+    running = deliverer()
+    if running is not None:
+        running.wake(keys)
     # Otherwise nobody delivers in this process (tests, commands): the message waits in the outbox.
-
-
-class Announcer(threading.Thread):
-    """Production mode: hands the keys committed in this process to Celery workers, a task per batch.
-
-    Keys announced while a publish is under way go out together in the next one. With the broker down
-    or stalled, publishing fails after its short timeouts and the keys are left to Beat's delivery pass.
-    """
-
-    WAITING = 10_000  # batches of keys held while the broker is slow; beyond that, the delivery pass has them
-
-    def __init__(self):
-        super().__init__(name="resonate-announcer", daemon=True)
-        self.keys = queue.Queue(self.WAITING)
-
-    def wake(self, keys):
-        try:
-            self.keys.put_nowait(keys)
-        except queue.Full:
-            log.warning("%d messages not announced (the broker is slow); the delivery pass will send them", len(keys))
-
-    def run(self):
-        from outbox.delivery import BATCH
-        from outbox.tasks import deliver as deliver_task
-
-        while True:
-            keys = self.keys.get()
-            while len(keys) < BATCH:
-                try:
-                    keys = keys + self.keys.get_nowait()
-                except queue.Empty:
-                    break
-            for start in range(0, len(keys), BATCH):
-                try:
-                    deliver_task.delay(keys[start : start + BATCH])
-                except Exception as error:
-                    log.warning(
-                        "could not announce %d messages (%s); the delivery pass will send them", len(keys), error
-                    )
-
-
-_announcer = (None, None)  # (process id, Announcer): a forked process starts its own
-_announcer_lock = threading.Lock()
-
-
-def announcer():
-    global _announcer
-    with _announcer_lock:
-        pid, running = _announcer
-        if pid != os.getpid():
-            running = Announcer()
-            running.start()
-            _announcer = (os.getpid(), running)
-        return running
 
 
 def requeue(identities, delay_ms=0):
@@ -113,27 +57,46 @@ def requeue(identities, delay_ms=0):
 
 
 class Deliverer(threading.Thread):
-    """Embedded mode: delivers announced messages at once, and everything due every DELIVERY_PASS_MS."""
+    """Delivers the messages committed in this process as soon as they are announced, a batch at a time.
 
-    def __init__(self, stopping):
+    Embedded mode: every transport, and everything due every DELIVERY_PASS_MS (nobody else does).
+    Production mode (server processes and Celery workers): poll:// messages, straight to the hub, so a
+    message is on its way to its stream within milliseconds of the commit; HTTP pushes (which may take
+    PUSH_TIMEOUT_MS) are handed to Celery workers; Beat's delivery pass catches whatever is missed, a
+    process killed between its commit and its delivery included.
+    """
+
+    WAITING = 10_000  # announcements held while delivery is slow; beyond that, the delivery pass has them
+
+    def __init__(self, stopping=lambda: False, embedded=True):
         super().__init__(name="resonate-deliverer", daemon=True)
-        self.stopping = stopping
-        self.keys = queue.SimpleQueue()
+        self.stopped = threading.Event()
+        self.stopping = lambda: stopping() or self.stopped.is_set()
+        self.embedded = embedded
+        self.keys = queue.Queue(self.WAITING)
+
+    def stop(self):
+        self.stopped.set()
+        self.keys.put([])  # wake it
+        self.join(10)
 
     def start(self):
         global _deliverer
-        _deliverer = self
+        _deliverer = (os.getpid(), self)
         super().start()
 
     def wake(self, keys):
-        self.keys.put(keys)
+        try:
+            self.keys.put_nowait(keys)
+        except queue.Full:
+            log.warning("%d messages not announced (delivery is behind); the delivery pass will send them", len(keys))
 
     def run(self):
-        period = resonate_settings.DELIVERY_PASS_MS / 1000
-        next_pass = time.monotonic()
+        period = resonate_settings.DELIVERY_PASS_MS / 1000 if self.embedded else float("inf")
+        next_pass = time.monotonic() + period
         while not self.stopping():
             try:
-                keys = self.keys.get(timeout=max(0.0, next_pass - time.monotonic()))
+                keys = self.keys.get(timeout=min(max(0.0, next_pass - time.monotonic()), 3600))
             except queue.Empty:
                 keys = []
             try:
@@ -146,12 +109,45 @@ class Deliverer(threading.Thread):
                     deliver_due()
                     next_pass = time.monotonic() + period
             except Exception:
-                log.exception("delivery failed; trying again")
+                log.exception("delivery failed; the delivery pass will try again")
+        connections.close_all()  # this thread's own
 
     def deliver_announced(self, keys):
-        while True:  # take what else was announced meanwhile, in one go
+        while len(keys) < BATCH:  # take what else was announced meanwhile, in one go
             try:
                 keys = keys + self.keys.get_nowait()
             except queue.Empty:
                 break
-        deliver(keys, limit=len(keys))
+        if self.embedded:
+            deliver(keys, limit=len(keys))
+            return
+        sent = deliver(keys, limit=len(keys), only=Transport.POLL)
+        if rest := sorted(set(keys) - set(sent)):  # pushes, or messages another deliverer took
+            hand_to_celery(rest)
+
+
+def hand_to_celery(keys):
+    from outbox.tasks import deliver as deliver_task
+
+    try:
+        deliver_task.delay(keys)
+    except Exception as error:  # the broker away: Beat's pass sends them once it is back
+        log.warning("could not hand %d messages to Celery (%s); the delivery pass will send them", len(keys), error)
+
+
+_deliverer = (None, None)  # (process id, Deliverer): a forked process (a Celery worker) starts its own
+_deliverer_lock = threading.Lock()
+
+
+def deliverer():
+    """This process's deliverer: the embedded one serve started, or in production one started on first use."""
+    global _deliverer
+    with _deliverer_lock:
+        pid, running = _deliverer
+        if pid == os.getpid():
+            return running
+        if resonate_settings.BACKGROUND != "celery":
+            return None
+        running = Deliverer(embedded=False)
+        running.start()
+        return running

@@ -5,7 +5,7 @@ import time
 
 from django.db import close_old_connections
 
-from outbox.delivery import deliver_due
+from outbox.delivery import Transport, deliver_due
 from outbox.models import Pause
 from resonate_site.conf import resonate_settings
 from resonate_site.management.cli import ResonateCommand, duration, plural, stopped_by_signals
@@ -13,7 +13,7 @@ from resonate_site.management.cli import ResonateCommand, duration, plural, stop
 log = logging.getLogger(__name__)
 
 
-def keep_delivering(seconds, stopping, push_only=False):
+def keep_delivering(seconds, stopping, only=None):
     """deliver_due every DELIVERY_PASS_MS for `seconds` or until `stopping()`; how many messages it attempted."""
     until = time.monotonic() + seconds
     sent = 0
@@ -21,7 +21,7 @@ def keep_delivering(seconds, stopping, push_only=False):
         try:
             close_old_connections()
             if not Pause.is_paused():
-                sent += deliver_due(push_only)
+                sent += deliver_due(only)
         except Exception:  # the database away for a moment must not end the loop
             log.exception("delivery failed; trying again")
         time.sleep(max(0.0, min(resonate_settings.DELIVERY_PASS_MS / 1000, until - time.monotonic())))
@@ -42,18 +42,18 @@ class Command(ResonateCommand):
     def handle(self, *args, loop, stop_after, json, **options):
         # Without a shared hub no poll:// stream is reachable from here: trying those messages would only
         # drop them (an unblock is never sent again), so they are left to the server that holds the streams.
-        push_only = not resonate_settings.HUB_URL
-        if push_only:
+        only = None if resonate_settings.HUB_URL else Transport.PUSH
+        if only:
             self.notice("RESONATE_HUB_URL is not set: only http(s):// messages are delivered; poll:// ones are left.")
         if loop:
             with stopped_by_signals() as stopping:
                 seconds = float("inf") if stop_after is None else stop_after / 1000
-                sent = keep_delivering(seconds, stopping, push_only)
+                sent = keep_delivering(seconds, stopping, only)
         elif Pause.is_paused():
             self.notice("Background work is paused (debug.start): nothing delivered.")
             sent = 0
         else:
-            sent = deliver_due(push_only)
+            sent = deliver_due(only)
         if json:
             self.write_json({"attempted": sent})
         else:

@@ -56,6 +56,14 @@ async def fan_out(ctx: Context, n: int) -> dict:
     return {"local": sum([await f for f in local]), "remote": sum([await f for f in remote])}
 
 
+async def chain(ctx: Context, n: int) -> int:
+    """n remote steps one after another: each `ctx.rpc` suspends the workflow until a worker answers (bench/)."""
+    total = 0
+    for i in range(n):
+        total += await ctx.rpc(square, i)
+    return total
+
+
 async def stamp(ctx: Context) -> float:
     return time.time() * 1000
 
@@ -121,7 +129,7 @@ async def slow_square(ctx: Context, n: int) -> int:
     return n * n
 
 
-FUNCTIONS = [greet, once, square, fan_out, stamp, napper, announce, approval, step, steps, tick]
+FUNCTIONS = [greet, once, square, fan_out, chain, stamp, napper, announce, approval, step, steps, tick]
 FUNCTIONS += [parent_of_detached, slow_square]
 
 
