@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
-BUFFER = 100  # events a stream may fall behind; further ones go back to the outbox
+BUFFER = 1000  # events a stream may fall behind (a backlog arrives in bursts); further ones go back to the outbox
 _order = itertools.count()
 
 

@@ -166,6 +166,12 @@ def take(model, column, values, *returned):
     )
 
 
+def tuples(width, count):
+    """`(%s, %s), (%s, %s), …`: the placeholders of `count` rows of `width` values (VALUES lists, row IN lists)."""
+    row = f"({', '.join(['%s'] * width)})"
+    return ", ".join([row] * count)
+
+
 def placeholders(values):
     """ "%s, %s, …" for an IN list of these values."""
     return ", ".join(["%s"] * len(values))

@@ -41,7 +41,7 @@ def keep_sweeping(seconds, stopping=lambda: False):
     fired = 0
     while time.monotonic() < until and not stopping():
         try:
-            fired_now, wait = sweep_once(idle)
+            fired_now, wait = sweep_once(idle, until)
         except Exception:  # the database away for a moment must not end the loop
             log.exception("sweep failed; trying again")
             fired_now, wait = 0, idle
@@ -50,12 +50,13 @@ def keep_sweeping(seconds, stopping=lambda: False):
     return fired
 
 
-def sweep_once(idle):
-    """One sweep at the current time; (transitions run, seconds until the next look)."""
+def sweep_once(idle, until=None):
+    """One sweep from the current time on (until `until`, a time.monotonic() deadline, under a steady stream of
+    due timeouts); (transitions run, seconds until the next look)."""
     close_old_connections()
     if Pause.is_paused():
         return 0, idle
-    fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms)
+    fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms, until=until)
     upcoming = next_due()
     wait = idle if upcoming is None else min(idle, (upcoming - now_ms()) / 1000)
     if fired == 0:

@@ -1,5 +1,7 @@
 """The schedule timeout with its catch-up, and sweep(now): every due timeout transition, in order."""
 
+import time
+
 from django.db import connection
 
 from promises import rows
@@ -73,40 +75,46 @@ def each(transition):
 
 # Firing order (decision D15): promise timeouts, task retries, task leases, schedules; each by deadline, id.
 # A task's timeout is claimed by locking its promise row, the lock that guards the task. Promise timeouts
-# fire a batch at a time (on_promise_timeout settles them together when that gives the same result).
+# and task retries fire a batch at a time (on_promise_timeout settles them together when that gives the same result).
 RETRY, LEASE = f"e.timeout_kind = {TimeoutKind.RETRY}", f"e.timeout_kind = {TimeoutKind.LEASE}"
 TRANSITIONS = (
     ("promise", _due(f"{PROMISES} e", "e.timeout_at", "e.timeout_armed"), on_promise_timeout),
-    ("retry", _due(TASKS, "e.timeout_at", RETRY, " OF p"), each(on_task_retry_timeout)),
+    ("retry", _due(TASKS, "e.timeout_at", RETRY, " OF p"), on_task_retry_timeout),
     ("lease", _due(TASKS, "e.timeout_at", LEASE, " OF p"), each(on_task_lease_timeout)),
     ("schedule", _due(f"{rows.quote(Schedule._meta.db_table)} e", "e.next_run_at", "TRUE"), each(on_schedule_timeout)),
 )
 
 
-def sweep(now, batch=None, clock=None):
+def sweep(now, batch=None, clock=None, until=None):
     """Fire every timeout due at `now`, each at most once, until nothing due is left (decision D15).
 
     Without `batch` (debug.tick) everything runs in the caller's transaction. With `batch` (the
     background), each batch is its own transaction and claims its entries with SKIP LOCKED, so
     several sweepers share the work; every transition re-checks its guard, so nothing fires twice.
-    A background sweep may also pass a `clock`: each batch then runs at the time it starts, so what
-    comes due during a long sweep is fired in it too.
 
     A promise timeout cannot make another timeout due, nor can a retry or a lease (the retry timeout is
     at least 1 ms); only a schedule's catch-up can (its promises may be born with due timeouts). So one
     pass over the categories in order, repeated while schedules create work, fires entries in the order
-    D15 gives. Returns how many transitions ran.
+    D15 gives. A background sweep passes a `clock` instead of living at one instant: each pass then fires
+    what is due at its own start, category after category, and passes repeat while they find work (until
+    `until`, a time.monotonic() deadline). So a category that keeps getting new entries (a thousand timers
+    a second) cannot hold back the next one's. Returns how many transitions ran.
     """
-    fired = set()
+    total, fired = 0, set()
     while True:
-        before = len(fired)
+        at = clock() if clock else now
+        if clock:
+            fired = set()  # a new instant: what a transition re-armed for it may be due again
+        fired_in_pass = 0
         for category, due, transition in TRANSITIONS:
-            while fired_now := fire(category, due, transition, clock() if clock else now, batch, fired):
+            while fired_now := fire(category, due, transition, at, batch, fired):
                 fired.update((category, id) for id in fired_now)
+                fired_in_pass += len(fired_now)
                 if batch is None:
                     break
-        if len(fired) == before:
-            return len(fired)
+        total += fired_in_pass
+        if not fired_in_pass or (until is not None and time.monotonic() >= until):
+            return total
 
 
 def fire(category, due, transition, now, batch, fired):

@@ -1,6 +1,6 @@
 """Task machinery shared by handlers and timeouts: enqueueResume, fulfilment, the two task timeouts, preload."""
 
-from outbox.messages import set_execute
+from outbox.messages import set_execute, set_executes
 from promises import rows
 from promises.models import Promise
 from promises.protocol import DELAY, later
@@ -75,14 +75,22 @@ def enqueue_resume(awaited_id, awaiter_id, now):
         task.write("resumes")
 
 
-def on_task_retry_timeout(task_id, now):
-    """A pending task's retry timeout fired: re-send its execute and re-arm (02-timeouts.lean)."""
-    task = Task.objects.locked(task_id)
-    if task is None or task.state != TaskState.PENDING:
+def on_task_retry_timeout(task_ids, now):
+    """Pending tasks' retry timeouts fired: re-send each one's execute and re-arm it (02-timeouts.lean).
+
+    A batch at a time, one statement per step: the sweep has already locked the tasks' promise rows (the
+    lock that guards a task), and the state is re-checked in the update.
+    """
+    table = rows.quote(Task._meta.db_table)
+    rearmed = rows.execute(
+        f'UPDATE {table} SET "timeout_at" = %s WHERE "id" IN ({rows.placeholders(task_ids)})'
+        f' AND "state" = %s AND "timeout_kind" = %s RETURNING "id", "version"',
+        [retry_at(now), *task_ids, TaskState.PENDING, TimeoutKind.RETRY],
+    )
+    if not rearmed:
         return
-    task.set_timeout(TimeoutKind.RETRY, retry_at(now))
-    task.write("timeout_kind", "timeout_at")
-    send_execute(task, now)
+    targets = {promise.id: promise.target or "" for promise in rows.fetch_all(Promise, [id for id, _ in rearmed])}
+    set_executes([(targets[id], id, version) for id, version in rearmed], now)
 
 
 def on_task_lease_timeout(task_id, now):

@@ -232,3 +232,35 @@ def recovered_after(deployment, load, ended):
                 return max(0.0, time.monotonic() - ended - 0.3)  # less the timer's own 300 ms
         time.sleep(0.02)
     pytest.fail("the deployment did not recover within 60 s")
+
+
+def test_a_server_process_killed_right_after_its_commit_loses_no_message(deployment):
+    """The committing process delivers its own messages; killed before it could, Beat's delivery pass sends them.
+
+    Redis is paused so that the committing process's deliverer cannot finish; every server process is then
+    killed, and Redis resumed: the execute must still reach the worker once serve is back.
+    """
+    group = f"commit-{uuid.uuid4().hex[:6]}"
+    received = []
+    stream = SseClient("127.0.0.1", deployment.port, group, "w", received.append)
+    assert stream.connected.wait(20)
+    rpc = Rpc(deployment.url)
+    id = f"{group}-wf"
+    try:
+        deployment.redis.pause()
+        try:
+            status, _ = rpc(
+                "promise.create",
+                {"id": id, "timeoutAt": now_ms() + 600_000, "tags": {"resonate:target": f"poll://any@{group}"}},
+            )
+            assert status == 200  # committed; its delivery is stuck behind the paused hub
+            for pid in [*deployment.server_processes(), deployment.pid("server")]:
+                deployment.kill(pid)
+        finally:
+            deployment.redis.resume()
+        deadline = time.monotonic() + 30
+        while not any(e["kind"] == "execute" and e["data"]["task"]["id"] == id for e in received):
+            assert time.monotonic() < deadline, "the committed execute never arrived"
+            time.sleep(0.05)
+    finally:
+        stream.close()
