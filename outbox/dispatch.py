@@ -74,6 +74,7 @@ class Deliverer(threading.Thread):
         self.stopping = lambda: stopping() or self.stopped.is_set()
         self.embedded = embedded
         self.keys = queue.Queue(self.WAITING)
+        self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause, read at most every 100 ms
 
     def stop(self):
         self.stopped.set()
@@ -101,7 +102,7 @@ class Deliverer(threading.Thread):
                 keys = []
             try:
                 close_old_connections()
-                if Pause.is_paused():
+                if self.paused():
                     continue
                 if keys:
                     self.deliver_announced(keys)
@@ -111,6 +112,12 @@ class Deliverer(threading.Thread):
             except Exception:
                 log.exception("delivery failed; the delivery pass will try again")
         connections.close_all()  # this thread's own
+
+    def paused(self):
+        at, paused = self.pause_read
+        if time.monotonic() - at > 0.1:
+            self.pause_read = (time.monotonic(), Pause.is_paused())
+        return self.pause_read[1]
 
     def deliver_announced(self, keys):
         while len(keys) < BATCH:  # take what else was announced meanwhile, in one go

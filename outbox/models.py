@@ -1,7 +1,5 @@
 """The outbox: execute and unblock messages committed with the state change that caused them."""
 
-import time
-
 from django.db import models
 from django.db.models import Q
 
@@ -134,19 +132,8 @@ class Pause(models.Model):
 
     @classmethod
     def set(cls, paused):
-        global _paused
         cls.objects.update_or_create(pk=1, defaults={"paused": paused})
-        _paused = (float("-inf"), False)  # read afresh next time
 
     @classmethod
     def is_paused(cls):
-        """Whether background work is paused; read at most every 100 ms per process (deliverers ask per batch)."""
-        global _paused
-        at, paused = _paused
-        if time.monotonic() - at > 0.1:
-            paused = cls.objects.filter(pk=1, paused=True).exists()
-            _paused = (time.monotonic(), paused)
-        return paused
-
-
-_paused = (float("-inf"), False)  # (when read, whether paused) in this process
+        return cls.objects.filter(pk=1, paused=True).exists()
