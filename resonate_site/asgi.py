@@ -1,22 +1,30 @@
 """ASGI entry point: resonate_site.asgi:application, serving everything from one address (the SDKs use one base URL).
 
+- POST / (the protocol) is read whole on the event loop, then answered by the protocol's own code
+  (`respond`: decode, validate, run the handler in its transaction, encode) on a bounded thread pool, with
+  none of Django's request machinery around it: no URL resolver, middleware or request and response
+  objects. Django stays the schema, the console, /api/, the commands and the settings.
 - GET /health answers on the event loop: it never waits behind protocol requests.
 - GET /poll/… streams run on Django's async handler.
-- Every other request is read whole on the event loop first (within READ_TIMEOUT_MS and MAX_BODY_BYTES)
-  and only then handed to Django's WSGI handler in a bounded thread pool, which runs the protocol's short,
-  database-bound requests several times faster than Django's sync-under-ASGI path (bench/README.md). A client
-  that trickles its body holds a coroutine, never one of those threads. GET /ready has a thread of its own.
+- Everything else (the console, /api/, /metrics, /ready) goes to Django's WSGI handler on a thread pool
+  of its own, /ready on a thread of its own.
+
+Every body is read on the event loop first, within READ_TIMEOUT_MS and MAX_BODY_BYTES: a client that
+trickles its body holds a coroutine, never a thread.
 """
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
 
-import orjson  # noqa: E402
 from a2wsgi import WSGIMiddleware  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
+from django.db import close_old_connections  # noqa: E402
+from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from resonate_site.auth import refuse_unprotected  # noqa: E402
 from resonate_site.conf import resonate_settings  # noqa: E402
@@ -24,17 +32,26 @@ from resonate_site.serving import watch_parent  # noqa: E402
 
 STREAM_PREFIXES = ("/poll/",)
 THREADS = int(os.environ.get("RESONATE_WSGI_THREADS", "2"))
+JSON = b"application/json"
 
-django_asgi = get_asgi_application()
+django_asgi = get_asgi_application()  # sets Django up: the protocol's modules import models
+
+from resonate_site.protocol.envelope import refused, respond  # noqa: E402
+
 refuse_unprotected()  # production mode does not start without auth (resonate_site/auth.py)
-django_wsgi = WSGIMiddleware(get_wsgi_application(), workers=THREADS)
+protocol_threads = ThreadPoolExecutor(THREADS, thread_name_prefix="resonate-protocol")
+django_wsgi = WSGIMiddleware(get_wsgi_application(), workers=2)
 readiness_wsgi = WSGIMiddleware(get_wsgi_application(), workers=1)
 watch_parent()  # a server process whose supervisor died exits too (resonate_site/serving.py)
+# Django checks the Host header of every request it serves (DNS rebinding); the protocol's path does the same.
+ALLOWED_HOSTS = settings.ALLOWED_HOSTS or ([".localhost", "127.0.0.1", "[::1]"] if settings.DEBUG else [])
 
 
 async def application(scope, receive, send):
     if scope["type"] != "http":
         await django_asgi(scope, receive, send)
+    elif scope["path"] == "/" and scope["method"] == "POST":
+        await protocol(scope, receive, send)
     elif scope["path"] == "/health":
         await answer(send, 200, b"", b"text/plain")
     elif scope["path"].startswith(STREAM_PREFIXES):
@@ -44,6 +61,34 @@ async def application(scope, receive, send):
         if body is not None:
             wsgi = readiness_wsgi if scope["path"] == "/ready" else django_wsgi
             await wsgi(scope, replay(body), send)
+
+
+async def protocol(scope, receive, send):
+    if not host_allowed(scope):
+        await answer(send, *refused(400, "Invalid Host header"), JSON, close=True)
+        return
+    body = await read_body(scope, receive, send)
+    if body is not None:
+        status, reply = await asyncio.get_running_loop().run_in_executor(protocol_threads, serve_protocol, body)
+        await answer(send, status, reply, JSON)
+
+
+def serve_protocol(body):
+    close_old_connections()  # what Django does at each request: drop a connection past its age or broken
+    return respond(body)
+
+
+def host_allowed(scope):
+    host = header(scope, b"host")
+    domain, _ = split_domain_port(host.decode("latin-1")) if host else ("", "")
+    return bool(domain) and validate_host(domain, ALLOWED_HOSTS)
+
+
+def header(scope, name):
+    for key, value in scope["headers"]:
+        if key == name:
+            return value
+    return None
 
 
 async def read_body(scope, receive, send):
@@ -73,10 +118,8 @@ async def read_body(scope, receive, send):
 
 
 def declared_length(scope):
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else 0
-    return 0
+    value = header(scope, b"content-length")
+    return int(value) if value and value.isdigit() else 0
 
 
 def replay(body):
@@ -92,20 +135,14 @@ def replay(body):
 async def refuse(scope, send, status, message):
     """An error before any handler ran: an envelope on the protocol's address, plain text elsewhere."""
     if scope["path"] == "/":
-        from resonate_site.metrics import request_answered
-        from resonate_site.protocol.dispatch import OPERATIONS
-        from resonate_site.protocol.envelope import reply
-
-        envelope = reply("unknown", "0", status, message)
-        request_answered(envelope, 0.0, OPERATIONS)
-        await answer(send, status, orjson.dumps(envelope), b"application/json")
+        await answer(send, *refused(status, message), JSON, close=True)
     else:
-        await answer(send, status, message.encode(), b"text/plain")
+        await answer(send, status, message.encode(), b"text/plain", close=True)
 
 
-async def answer(send, status, body, content_type):
+async def answer(send, status, body, content_type, close=False):
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    if status >= 400:
+    if close:  # a client that sent too much, too slowly or to the wrong host is not kept
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -190,15 +190,32 @@ class ProtocolView(APIView):
     content_negotiation_class = NoNegotiation
 
     def post(self, request):
-        started, envelope = time.perf_counter(), CRASHED
-        try:
-            limit = resonate_settings.MAX_BODY_BYTES
-            if declared_length(request) > limit:
-                envelope = reply("unknown", "0", 413, f"Request body larger than {limit} bytes")
-            else:
-                envelope = answer(request.body)
-        except Exception:
-            log.exception("POST / failed")
-        finally:
-            request_answered(envelope, time.perf_counter() - started, OPERATIONS)
-        return HttpResponse(orjson.dumps(envelope), status=envelope["head"]["status"], content_type="application/json")
+        limit = resonate_settings.MAX_BODY_BYTES
+        if declared_length(request) > limit:
+            status, body = refused(413, f"Request body larger than {limit} bytes")
+        else:
+            status, body = respond(request.body)
+        return HttpResponse(body, status=status, content_type="application/json")
+
+
+def respond(body):
+    """POST / for one request body: (HTTP status, reply envelope as JSON), counted and logged; never raises.
+
+    Every way the protocol is served comes here: the server's own path (resonate_site/asgi.py) and
+    Django's (ProtocolView, for WSGI servers and the test client).
+    """
+    started, envelope = time.perf_counter(), CRASHED
+    try:
+        envelope = answer(body)
+    except Exception:
+        log.exception("POST / failed")
+    finally:
+        request_answered(envelope, time.perf_counter() - started, OPERATIONS)
+    return envelope["head"]["status"], orjson.dumps(envelope)
+
+
+def refused(status, message):
+    """A request refused before it was read (too large, too slow): counted like any other answer."""
+    envelope = reply("unknown", "0", status, message)
+    request_answered(envelope, 0.0, OPERATIONS)
+    return status, orjson.dumps(envelope)

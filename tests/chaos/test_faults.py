@@ -124,7 +124,7 @@ def slow_and_half_open_clients(deployment, load):
             except OSError:
                 return
 
-    post = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+    post = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
     for _ in range(40):
         threading.Thread(target=trickle, args=(connect(post),), daemon=True).start()
         threading.Thread(target=trickle, args=(connect(b"POST / HTTP/1.1\r\nX-A: "),), daemon=True).start()

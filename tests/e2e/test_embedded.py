@@ -3,6 +3,7 @@
 import http.server
 import threading
 
+import httpx
 import orjson
 
 from tests.e2e.conftest import embedded_env, start_embedded
@@ -200,3 +201,11 @@ def test_a_server_that_was_down_catches_up_every_missed_occurrence(database_url,
         assert all(p["state"] == "rejected_timedout" for p in found if p["id"].startswith(f"{unique}."))
     finally:
         second.process.stop()
+
+
+def test_the_protocol_refuses_a_request_for_a_host_it_does_not_serve(embedded):
+    """DNS rebinding: a web page's request to `evil.example` that lands on the loopback server is refused."""
+    envelope = {"kind": "promise.get", "head": {"corrId": "1", "version": "2026-04-01"}, "data": {"id": "p"}}
+    response = httpx.post(f"{embedded.url}/", json=envelope, headers={"Host": "evil.example"})
+    assert response.status_code == 400 and response.json()["data"] == "Invalid Host header"
+    assert httpx.post(f"{embedded.url}/", json=envelope).status_code == 404  # its own name is served

@@ -46,8 +46,8 @@ def trickle(sock, first, stop):
 
 def test_slow_bodies_and_headers_hold_no_thread_and_are_cut_at_the_read_timeout(embedded):
     stop, results = threading.Event(), {}
-    slow_body = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"
-    slow_headers = b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    slow_body = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"
+    slow_headers = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
     clients = [("body", n, slow_body) for n in range(8)] + [("headers", n, slow_headers) for n in range(8)]
     clients += [("idle", n, None) for n in range(8)]  # connected, and never a byte
 
@@ -88,6 +88,6 @@ def test_slow_bodies_and_headers_hold_no_thread_and_are_cut_at_the_read_timeout(
 
 def test_a_body_declared_larger_than_the_limit_is_refused_before_it_is_read(embedded):
     sock = connect(embedded)
-    sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n")
+    sock.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 999999999999\r\n\r\n")
     received, seconds = outcome(sock)
     assert received.startswith(b"HTTP/1.1 413") and seconds < 1
