@@ -171,11 +171,18 @@ def record(messages, outcomes, now):
             log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
     with connection.cursor() as cursor:
         if delivered:
-            claims = rows.tuples(3, len(delivered))
-            cursor.execute(
+            ids, claims = rows.placeholders(delivered), rows.tuples(3, len(delivered))
+            cursor.execute(  # the id list lets SQLite look rows up by key rather than scan the pending ones
                 f'UPDATE {TABLE} SET "state" = %s, "delivered_at" = %s, "unreached_since" = NULL, "last_error" = %s'
-                f' WHERE "state" = %s AND ("id", "attempts", "created_at") IN (VALUES {claims})',
-                [DeliveryState.DELIVERED, now, "", DeliveryState.PENDING, *(v for row in delivered for v in row)],
+                f' WHERE "state" = %s AND "id" IN ({ids}) AND ("id", "attempts", "created_at") IN (VALUES {claims})',
+                [
+                    DeliveryState.DELIVERED,
+                    now,
+                    "",
+                    DeliveryState.PENDING,
+                    *(id for id, _, _ in delivered),
+                    *(v for row in delivered for v in row),
+                ],
             )
         if others:
             cursor.executemany(

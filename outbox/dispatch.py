@@ -1,6 +1,7 @@
 """Who delivers a committed message: the deliverer thread of the process that committed it, at once; Celery for
 HTTP pushes in production; and a periodic pass (Beat's, or the embedded deliverer's) for whatever was missed."""
 
+import contextlib
 import logging
 import os
 import queue
@@ -74,16 +75,20 @@ class Deliverer(threading.Thread):
         self.stopping = lambda: stopping() or self.stopped.is_set()
         self.embedded = embedded
         self.keys = queue.Queue(self.WAITING)
+        self.handoff = None if embedded else Handoff()
         self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause, read at most every 100 ms
 
     def stop(self):
         self.stopped.set()
-        self.keys.put([])  # wake it
+        with contextlib.suppress(queue.Full):
+            self.keys.put_nowait([])  # wake it
         self.join(10)
 
     def start(self):
         global _deliverer
         _deliverer = (os.getpid(), self)
+        if self.handoff is not None:
+            self.handoff.start()
         super().start()
 
     def wake(self, keys):
@@ -94,7 +99,7 @@ class Deliverer(threading.Thread):
 
     def run(self):
         period = resonate_settings.DELIVERY_PASS_MS / 1000 if self.embedded else float("inf")
-        next_pass = time.monotonic() + period
+        next_pass = time.monotonic() if self.embedded else float("inf")
         while not self.stopping():
             try:
                 keys = self.keys.get(timeout=min(max(0.0, next_pass - time.monotonic()), 3600))
@@ -130,16 +135,32 @@ class Deliverer(threading.Thread):
             return
         sent = deliver(keys, limit=len(keys), only=Transport.POLL)
         if rest := sorted(set(keys) - set(sent)):  # pushes, or messages another deliverer took
-            hand_to_celery(rest)
+            self.handoff.put(rest)
 
 
-def hand_to_celery(keys):
-    from outbox.tasks import deliver as deliver_task
+class Handoff(threading.Thread):
+    """Production mode: hands a deliverer's HTTP pushes to Celery workers, off the deliverer's thread, so a
+    stalled broker delays no poll:// message. With the broker away, Beat's pass sends them later."""
 
-    try:
-        deliver_task.delay(keys)
-    except Exception as error:  # the broker away: Beat's pass sends them once it is back
-        log.warning("could not hand %d messages to Celery (%s); the delivery pass will send them", len(keys), error)
+    def __init__(self):
+        super().__init__(name="resonate-handoff", daemon=True)
+        self.keys = queue.Queue(Deliverer.WAITING)
+
+    def put(self, keys):
+        try:
+            self.keys.put_nowait(keys)
+        except queue.Full:
+            log.warning("%d messages not handed to Celery (the broker is slow); the delivery pass will", len(keys))
+
+    def run(self):
+        from outbox.tasks import deliver as deliver_task
+
+        while True:
+            keys = self.keys.get()
+            try:
+                deliver_task.delay(keys)
+            except Exception as error:
+                log.warning("could not hand %d messages to Celery (%s); the delivery pass will", len(keys), error)
 
 
 _deliverer = (None, None)  # (process id, Deliverer): a forked process (a Celery worker) starts its own

@@ -141,7 +141,11 @@ async def refuse(scope, send, status, message):
 
 
 async def answer(send, status, body, content_type, close=False):
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-content-type-options", b"nosniff"),  # as Django's SecurityMiddleware sends
+    ]
     if close:  # a client that sent too much, too slowly or to the wrong host is not kept
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})

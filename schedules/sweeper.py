@@ -50,12 +50,16 @@ def keep_sweeping(seconds, stopping=lambda: False):
     return fired
 
 
-def sweep_once(idle, until=None):
-    """One sweep from the current time on (until `until`, a time.monotonic() deadline, under a steady stream of
-    due timeouts); (transitions run, seconds until the next look)."""
+SLICE_S = 1.0  # under a steady stream of due timeouts a sweep returns this often: pause, stop, connections
+
+
+def sweep_once(idle, until=float("inf")):
+    """One sweep from the current time on, for at most SLICE_S (or until `until`, a time.monotonic() deadline);
+    (transitions run, seconds until the next look)."""
     close_old_connections()
     if Pause.is_paused():
         return 0, idle
+    until = min(until, time.monotonic() + SLICE_S)
     fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms, until=until)
     upcoming = next_due()
     wait = idle if upcoming is None else min(idle, (upcoming - now_ms()) / 1000)

@@ -78,25 +78,34 @@ def enqueue_resume(awaited_id, awaiter_id, now):
 def on_task_retry_timeout(task_ids, now):
     """Pending tasks' retry timeouts fired: re-send each one's execute and re-arm it (02-timeouts.lean).
 
-    A batch at a time, one statement per step: the sweep has already locked the tasks' promise rows (the
-    lock that guards a task), and the state is re-checked in the update.
+    A batch at a time, one statement per step, in firing order. The tasks' promise rows are locked first
+    (the lock that guards a task; the sweep's claim holds them already), and the guard is re-checked in
+    the update: still pending, and its retry still due (a release may have re-armed it meanwhile).
     """
+    promises = Promise.objects.lock_all(task_ids)
     table = rows.quote(Task._meta.db_table)
-    rearmed = rows.execute(
-        f'UPDATE {table} SET "timeout_at" = %s WHERE "id" IN ({rows.placeholders(task_ids)})'
-        f' AND "state" = %s AND "timeout_kind" = %s RETURNING "id", "version"',
-        [retry_at(now), *task_ids, TaskState.PENDING, TimeoutKind.RETRY],
+    rearmed = dict(
+        rows.execute(
+            f'UPDATE {table} SET "timeout_at" = %s WHERE "id" IN ({rows.placeholders(task_ids)})'
+            f' AND "state" = %s AND "timeout_kind" = %s AND "timeout_at" <= %s RETURNING "id", "version"',
+            [retry_at(now), *task_ids, TaskState.PENDING, TimeoutKind.RETRY, now],
+        )
     )
-    if not rearmed:
-        return
-    targets = {promise.id: promise.target or "" for promise in rows.fetch_all(Promise, [id for id, _ in rearmed])}
-    set_executes([(targets[id], id, version) for id, version in rearmed], now)
+    executes = [(promises[id].target or "", id, rearmed[id]) for id in task_ids if id in rearmed]
+    if executes:
+        set_executes(executes, now)
 
 
 def on_task_lease_timeout(task_id, now):
-    """An acquired task's lease lapsed: back to pending, same version, execute re-sent (02-timeouts.lean)."""
+    """An acquired task's lease lapsed: back to pending, same version, execute re-sent (02-timeouts.lean).
+
+    The guard is re-checked under the lock: a heartbeat that committed after the sweep found the lease
+    due has renewed it, and it has not lapsed.
+    """
     task = Task.objects.locked(task_id)
     if task is None or task.state != TaskState.ACQUIRED:
+        return
+    if task.timeout_kind != TimeoutKind.LEASE or task.timeout_at > now:
         return
     return_to_pending(task, now)
 

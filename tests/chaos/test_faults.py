@@ -237,30 +237,30 @@ def recovered_after(deployment, load, ended):
 def test_a_server_process_killed_right_after_its_commit_loses_no_message(deployment):
     """The committing process delivers its own messages; killed before it could, Beat's delivery pass sends them.
 
-    Redis is paused so that the committing process's deliverer cannot finish; every server process is then
-    killed, and Redis resumed: the execute must still reach the worker once serve is back.
+    An unblock, because nothing sends one again (an execute's retry timer would hide a loss). Redis is paused so
+    that the committing process's deliverer cannot finish; every server process is then killed, and Redis
+    resumed: the unblock must still reach the listener once serve is back.
     """
     group = f"commit-{uuid.uuid4().hex[:6]}"
     received = []
     stream = SseClient("127.0.0.1", deployment.port, group, "w", received.append)
     assert stream.connected.wait(20)
     rpc = Rpc(deployment.url)
-    id = f"{group}-wf"
+    id = f"{group}-p"
+    rpc("promise.create", {"id": id, "timeoutAt": now_ms() + 600_000})
+    rpc("promise.register_listener", {"awaited": id, "address": f"poll://uni@{group}/w"})
     try:
         deployment.redis.pause()
         try:
-            status, _ = rpc(
-                "promise.create",
-                {"id": id, "timeoutAt": now_ms() + 600_000, "tags": {"resonate:target": f"poll://any@{group}"}},
-            )
-            assert status == 200  # committed; its delivery is stuck behind the paused hub
+            status, _ = rpc("promise.settle", {"id": id, "state": "resolved"})
+            assert status == 200  # committed, with its unblock; the delivery is stuck behind the paused hub
             for pid in [*deployment.server_processes(), deployment.pid("server")]:
                 deployment.kill(pid)
         finally:
             deployment.redis.resume()
         deadline = time.monotonic() + 30
-        while not any(e["kind"] == "execute" and e["data"]["task"]["id"] == id for e in received):
-            assert time.monotonic() < deadline, "the committed execute never arrived"
+        while not any(e["kind"] == "unblock" and e["data"]["promise"]["id"] == id for e in received):
+            assert time.monotonic() < deadline, "the committed unblock never arrived"
             time.sleep(0.05)
     finally:
         stream.close()

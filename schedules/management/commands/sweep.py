@@ -24,7 +24,7 @@ class Command(ResonateCommand):
             self.notice("Background work is paused (debug.start): nothing swept.")
             fired = 0
         else:
-            fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms)
+            fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH)  # what is due now, once
         if json:
             self.write_json({"fired": fired})
         else:
