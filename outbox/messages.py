@@ -5,9 +5,13 @@ from outbox.dispatch import announce
 from outbox.models import Message, MessageKind
 
 
+def execute(address, task, now):
+    """The execute(task, version) message to an address, unsaved: for a row stored with it (a new task's)."""
+    return Message.build(MessageKind.EXECUTE, task.id, address, {"task": {"id": task.id, "version": task.version}}, now)
+
+
 def set_execute(address, task, now):
-    data = {"task": {"id": task.id, "version": task.version}}
-    announce(Message.objects.set_message(MessageKind.EXECUTE, task.id, address, data, now))
+    set_executes([(address, task.id, task.version)], now)
 
 
 def set_executes(executes, now):

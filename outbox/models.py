@@ -68,22 +68,9 @@ class MessageQuerySet(models.QuerySet):
 
     def set_messages(self, messages, now):
         """set_message for several (kind, subject, address, data) with distinct keys; their keys."""
-        rows.insert_all(
-            [
-                Message(
-                    key=message_key(kind, subject, address),
-                    kind=kind,
-                    subject=subject,
-                    address=address,
-                    data=data,
-                    created_at=now,
-                    next_attempt_at=now,
-                )
-                for kind, subject, address, data in messages
-            ],
-            on_conflict=("key", REPLACED_ON_SET),
-        )
-        return [message_key(kind, subject, address) for kind, subject, address, _ in messages]
+        built = [Message.build(kind, subject, address, data, now) for kind, subject, address, data in messages]
+        rows.insert_all(built, on_conflict=Message.insert_on_conflict)
+        return [message.key for message in built]
 
 
 class Message(models.Model):
@@ -104,6 +91,9 @@ class Message(models.Model):
 
     objects = MessageQuerySet.as_manager()
 
+    # setMessage: a new message replaces the one with the same key (rows.insert's on_conflict).
+    insert_on_conflict = ("key", REPLACED_ON_SET)
+
     class Meta:
         indexes = [
             models.Index(
@@ -115,6 +105,12 @@ class Message(models.Model):
 
     def __str__(self):
         return f"{self.kind} {self.subject} → {self.address}"
+
+    @classmethod
+    def build(cls, kind, subject, address, data, now):
+        """An unsaved message, due now (stored by set_messages or with the row that caused it)."""
+        key = message_key(kind, subject, address)
+        return cls(key=key, kind=kind, subject=subject, address=address, data=data, created_at=now, next_attempt_at=now)
 
     def body(self, server_url=None):
         """The message as workers receive it; execute carries the server's public URL (D14)."""

@@ -1,9 +1,37 @@
-"""Promise machinery shared by handlers and timeouts: settlement and the promise timeout transition."""
+"""Promise machinery shared by handlers and timeouts: creation, settlement and the promise timeout transition."""
 
+from typing import NamedTuple
+
+from outbox.dispatch import announce
 from outbox.messages import set_unblocks
 from promises import rows
-from promises.models import Callback, Listener, Promise, timeout_state
-from tasks.engine import enqueue_resume, fulfil
+from promises.models import Callback, Listener, Promise, is_external, timeout_state
+from tasks.engine import enqueue_resume, fulfil, new_task
+
+
+class Creation(NamedTuple):
+    promise: object  # the promise as created (unsaved when `existing` is not None)
+    task: object  # its task, or None when it has none
+    existing: object  # the promise that already had this id (nothing was written), or None
+
+
+def create(id, param, tags, timeout_at, now, holder=None):
+    """Creation, for promise.create (P-02), task.create (T-02, with `holder` = (pid, ttl)) and schedules.
+
+    The promise is pending, or, created at or past its deadline, born settled as its timeout would settle it.
+    It has a task when it has a resonate:target or a holder (see new_task). Everything is stored at once,
+    unless a promise with this id exists: then nothing is written, and `existing` is that promise.
+    """
+    if timeout_at > now:
+        armed = holder is not None or is_external(tags)
+        promise = Promise.build(id, param, tags, timeout_at, created_at=now, timeout_armed=armed)
+    else:
+        promise = Promise.build_expired(id, param, tags, timeout_at)
+    task, messages = new_task(promise, now, holder) if holder is not None or promise.target is not None else (None, [])
+    existing = rows.insert_unless_exists(promise, [row for row in (task, *messages) if row is not None])
+    if existing is None and messages:
+        announce(*(message.key for message in messages))
+    return Creation(promise, task, existing)
 
 
 def settle(promise, state, value, settled_at, now):

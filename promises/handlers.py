@@ -1,10 +1,8 @@
 """promise.* handlers (spec P-01 … P-06): each takes the decoded request and `now`, and returns a Reply."""
 
-from promises.engine import settle
-from promises.models import Callback, Listener, Promise, PromiseState, is_external
+from promises.engine import create, settle
+from promises.models import Callback, Listener, Promise, PromiseState
 from promises.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
-from tasks.engine import start_task
-from tasks.models import Task, TaskState
 
 
 def promise_get(req, now):
@@ -17,22 +15,9 @@ def promise_get(req, now):
 
 def promise_create(req, now):
     """P-02: an existing promise is returned as it reads now; a new one is pending, or born settled if expired."""
-    existing = Promise.objects.find(req["id"])
+    promise, _, existing = create(req["id"], req["param"], req["tags"], req["timeout_at"], now)
     if existing is not None:
         return ok(promise=existing.projected(now).to_record())
-    tags, timeout_at = req["tags"], req["timeout_at"]
-    if timeout_at > now:
-        promise = Promise.build(
-            req["id"], req["param"], tags, timeout_at, created_at=now, timeout_armed=is_external(tags)
-        )
-        promise.insert()
-        if promise.target is not None:
-            start_task(promise, now)
-    else:
-        promise = Promise.build_expired(req["id"], req["param"], tags, timeout_at)
-        promise.insert()
-        if promise.target is not None:
-            Task(promise=promise, state=TaskState.FULFILLED).insert()
     return ok(promise=promise.to_record())
 
 

@@ -8,7 +8,7 @@ callers keep working with models. Values go through each field's own get_db_prep
 
 from functools import cache
 
-from django.db import connections
+from django.db import IntegrityError, connections
 
 DEFAULT = "default"
 
@@ -86,20 +86,23 @@ def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
     return [_instance(model, row, connection, using) for row in rows]
 
 
-@cache
-def _insert(model, on_conflict):
-    fields, _ = _fields(model)
-    sql = (
-        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
-        f" VALUES ({', '.join(['%s'] * len(fields))})"
-    )
+def _into(model):
+    return f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in _fields(model)[0])})"
+
+
+def _conflict(on_conflict):
     if on_conflict is None:
-        return sql
+        return ""
     if on_conflict == "nothing":
-        return sql + " ON CONFLICT DO NOTHING"
+        return " ON CONFLICT DO NOTHING"
     key, updated = on_conflict
     assignments = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in updated)
-    return sql + f" ON CONFLICT ({quote(key)}) DO UPDATE SET {assignments}"
+    return f" ON CONFLICT ({quote(key)}) DO UPDATE SET {assignments}"
+
+
+@cache
+def _insert(model, on_conflict):
+    return f"{_into(model)} VALUES ({', '.join(['%s'] * len(_fields(model)[0]))}){_conflict(on_conflict)}"
 
 
 def insert(instance, on_conflict=None, using=DEFAULT):
@@ -122,6 +125,66 @@ def insert_all(instances, on_conflict=None, using=DEFAULT):
     for instance in instances:
         instance._state.adding = False
         instance._state.db = using
+
+
+def insert_unless_exists(instance, dependents=(), using=DEFAULT):
+    """INSERT the instance's row and then each dependent row (rows that belong to it: its task, its
+    messages), unless a row with the instance's primary key exists: then nothing is written and that
+    row is returned (as a model instance). None when everything was inserted.
+
+    A dependent meets an existing row of its own as its model's `insert_on_conflict` says (see insert;
+    the outbox's setMessage replaces), or raises. PostgreSQL: one statement (data-modifying CTEs), which
+    needs no transaction of its own. A row that another transaction committed after the statement's
+    snapshot was taken is neither inserted over nor seen; the statement then runs again, with a fresh
+    snapshot. Elsewhere: a read, then the INSERTs (the caller holds a transaction).
+    """
+    connection = connections[using]
+    model = type(instance)
+    if connection.vendor != "postgresql":
+        existing = fetch(model, instance.pk, using=using)
+        if existing is None:
+            insert(instance, using=using)
+            for dependent in dependents:
+                insert(dependent, on_conflict=getattr(dependent, "insert_on_conflict", None), using=using)
+        return existing
+    sql = _insert_unless_exists(model, tuple(type(d) for d in dependents), using)
+    params = [
+        f.get_db_prep_save(getattr(row, f.attname), connection)
+        for row in (instance, *dependents)
+        for f in _fields(type(row))[0]
+    ]
+    params.append(instance.pk)
+    for _ in range(3):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchone()
+        if found is None:
+            continue  # committed by another after this statement's snapshot: look again
+        if not found[0]:
+            return _instance(model, found[1:], connection, using)
+        for row in (instance, *dependents):
+            row._state.adding, row._state.db = False, using
+        return None
+    raise IntegrityError(f"{model._meta.db_table} {instance.pk!r} kept conflicting with a row it could not read")
+
+
+@cache
+def _insert_unless_exists(model, dependents, using):
+    connection = connections[using]
+
+    def select(m):
+        return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _fields(m)[0])
+
+    key = quote(model._meta.pk.column)
+    steps = [f"head AS ({_into(model)} VALUES ({select(model)}) ON CONFLICT ({key}) DO NOTHING RETURNING 1)"]
+    for n, dependent in enumerate(dependents):
+        on_conflict = _conflict(getattr(dependent, "insert_on_conflict", None))
+        steps.append(f"d{n} AS ({_into(dependent)} SELECT {select(dependent)} FROM head{on_conflict} RETURNING 1)")
+    nulls = ", ".join("NULL" for _ in model._meta.concrete_fields)
+    return (
+        f"WITH {', '.join(steps)} SELECT true, {nulls} FROM head"
+        f" UNION ALL SELECT false, {columns(model)} FROM {quote(model._meta.db_table)} WHERE {key} = %s"
+    )
 
 
 @cache

@@ -53,23 +53,24 @@ def lost_race(error):
     return "database is locked" in str(error) or "database table is locked" in str(error)
 
 
-def run_atomically(operation, *args, reads_only=False):
+def run_atomically(operation, *args, autocommit=False):
     """operation(*args) inside transaction.atomic(), re-run from scratch on a lost race (bounded).
 
     A kept connection that turns out to be dead is replaced and the operation runs again, once: nothing
     of it can have been committed. A connection lost while committing leaves the outcome unknown, and a
     database that cannot be reached at all is Unavailable; either way the caller is told to retry.
 
-    An operation that `reads_only` runs without a transaction on PostgreSQL: under READ COMMITTED each
-    statement sees its own snapshot anyway, and BEGIN and COMMIT would be two round trips of three.
+    With `autocommit`, the operation runs without a transaction on PostgreSQL: it only reads (under READ
+    COMMITTED each statement sees its own snapshot anyway) or writes with one statement, atomic by itself.
+    BEGIN and COMMIT would be two round trips of three.
     """
     attempts, reconnected = resonate_settings.DB_RETRIES, False
-    outside = reads_only and connection.vendor == "postgresql"
+    outside = autocommit and connection.vendor == "postgresql"
     for attempt in range(1, attempts + 1):
         committing = False
         try:
             if outside:
-                return operation(*args)
+                return _collecting(operation, args)
             with transaction.atomic():
                 result = _collecting(operation, args)
                 committing = True

@@ -5,8 +5,7 @@ import time
 from django.db import connection
 
 from promises import rows
-from promises.engine import on_promise_timeout
-from promises.handlers import promise_create
+from promises.engine import create, on_promise_timeout
 from promises.models import Promise
 from promises.protocol import later
 from promises.transactions import run_atomically
@@ -22,13 +21,11 @@ def catch_up(schedule, now):
     fired = 0
     while schedule.next_run_at <= now and schedule.next_run_at != NEVER:
         cron_time = schedule.next_run_at
-        promise_create(
-            {
-                "id": expand(schedule.promise_id, schedule.id, cron_time),
-                "timeout_at": later(cron_time, schedule.promise_timeout),
-                "param": schedule.promise_param,
-                "tags": schedule.promise_tags,
-            },
+        create(  # as promise.create would at the cron time
+            expand(schedule.promise_id, schedule.id, cron_time),
+            schedule.promise_param,
+            schedule.promise_tags,
+            later(cron_time, schedule.promise_timeout),
             cron_time,
         )
         schedule.last_run_at = cron_time

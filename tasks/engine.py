@@ -1,6 +1,6 @@
 """Task machinery shared by handlers and timeouts: enqueueResume, fulfilment, the two task timeouts, preload."""
 
-from outbox.messages import set_execute, set_executes
+from outbox.messages import execute, set_execute, set_executes
 from promises import rows
 from promises.models import Promise
 from promises.protocol import DELAY, later
@@ -17,17 +17,26 @@ def send_execute(task, now):
     set_execute(task.promise.target or "", task, now)
 
 
-def start_task(promise, now):
-    """The pending task of a new targeted promise (P-02): dispatched now, or held until resonate:delay."""
+def new_task(promise, now, holder=None):
+    """The task a promise is created with (P-02, T-02), unsaved, and the messages to store with it.
+
+    A promise born settled (created at or past its deadline) has a fulfilled task. One created by task.create
+    is acquired at once by its `holder`, (pid, ttl). Otherwise the task is pending: its execute is sent now,
+    or held back by its retry timeout until resonate:delay.
+    """
     task = Task(promise=promise, state=TaskState.PENDING, version=0)
+    if not promise.is_pending:
+        task.state = TaskState.FULFILLED
+        return task, []
+    if holder is not None:
+        lease(task, *holder, now)
+        return task, []
     delay = int(promise.tags.get(DELAY, 0))
     if delay > now:
         task.set_timeout(TimeoutKind.RETRY, delay)
-        task.insert()
-        return
+        return task, []
     task.set_timeout(TimeoutKind.RETRY, retry_at(now))
-    task.insert()
-    send_execute(task, now)
+    return task, [execute(promise.target or "", task, now)]
 
 
 def return_to_pending(task, now):
@@ -39,13 +48,18 @@ def return_to_pending(task, now):
     send_execute(task, now)
 
 
-def acquire(task, pid, ttl, now):
-    """A pending task becomes acquired by pid for ttl ms, with the next version as its fencing token."""
+def lease(task, pid, ttl, now):
+    """The task becomes acquired by pid for ttl ms, with the next version as its fencing token (unsaved)."""
     task.state = TaskState.ACQUIRED
     task.version += 1
     task.pid, task.ttl = pid, ttl
     task.resumes = []
     task.set_timeout(TimeoutKind.LEASE, later(now, ttl))
+
+
+def acquire(task, pid, ttl, now):
+    """A pending task is acquired (T-02, T-03): leased to pid, and stored."""
+    lease(task, pid, ttl, now)
     task.write()
 
 

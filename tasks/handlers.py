@@ -1,6 +1,6 @@
 """task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
 
-from promises.engine import settle
+from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
 from promises.models import Callback, Promise
 from promises.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
@@ -37,7 +37,13 @@ def task_create(req, now):
     action = req["action"]["data"]
     promise = Promise.objects.locked(action["id"])
     if promise is None:
-        return _create_acquired(action, req["pid"], req["ttl"], now)
+        holder = (req["pid"], req["ttl"])
+        created = create(action["id"], action["param"], action["tags"], action["timeout_at"], now, holder)
+        if created.existing is None:
+            task, promise = created.task, created.promise
+            shared = preload(promise, now) if task.state == TaskState.ACQUIRED else []  # none if born settled
+            return ok(task=task.to_record(), promise=promise.to_record(), preload=shared)
+        promise = Promise.objects.locked(action["id"])  # created by another request meanwhile
     if promise.target is None:
         return Reply(422, "Promise exists without a resonate:target, so it has no task")
     task = Task.objects.find(promise.id)
@@ -49,29 +55,6 @@ def task_create(req, now):
         return Reply(409, f"Task already exists and is {task.state}")
     task.promise = promise
     acquire(task, req["pid"], req["ttl"], now)
-    return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
-
-
-def _create_acquired(action, pid, ttl, now):
-    tags, timeout_at = action["tags"], action["timeout_at"]
-    if timeout_at <= now:
-        promise = Promise.build_expired(action["id"], action["param"], tags, timeout_at)
-        promise.insert()
-        task = Task(promise=promise, state=TaskState.FULFILLED)
-        task.insert()
-        return ok(task=task.to_record(), promise=promise.to_record(), preload=[])
-    promise = Promise.build(action["id"], action["param"], tags, timeout_at, created_at=now, timeout_armed=True)
-    promise.insert()
-    task = Task(
-        promise=promise,
-        state=TaskState.ACQUIRED,
-        version=1,
-        pid=pid,
-        ttl=ttl,
-        timeout_kind=TimeoutKind.LEASE,
-        timeout_at=later(now, ttl),
-    )
-    task.insert()
     return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
 
 

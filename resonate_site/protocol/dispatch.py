@@ -12,17 +12,19 @@ from tasks import handlers as tasks
 class Operation(NamedTuple):
     request: type  # the serializer that decodes `data`
     handler: object  # handler(req, now) -> Reply
-    reads_only: bool = False  # writes nothing (reads project: only the timeout transitions write)
+    # On PostgreSQL it runs without BEGIN and COMMIT: it only reads (reads project: only the timeout
+    # transitions write), or it writes with one statement, which is atomic by itself.
+    autocommit: bool = False
 
 
 OPERATIONS = {
-    "promise.get": Operation(s.ById, promises.promise_get, reads_only=True),
-    "promise.create": Operation(s.PromiseCreate, promises.promise_create),
+    "promise.get": Operation(s.ById, promises.promise_get, autocommit=True),
+    "promise.create": Operation(s.PromiseCreate, promises.promise_create, autocommit=True),
     "promise.settle": Operation(s.PromiseSettle, promises.promise_settle),
     "promise.register_callback": Operation(s.PromiseRegisterCallback, promises.promise_register_callback),
     "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
-    "promise.search": Operation(s.PromiseSearch, promises.promise_search, reads_only=True),
-    "task.get": Operation(s.ById, tasks.task_get, reads_only=True),
+    "promise.search": Operation(s.PromiseSearch, promises.promise_search, autocommit=True),
+    "task.get": Operation(s.ById, tasks.task_get, autocommit=True),
     "task.create": Operation(s.TaskCreate, tasks.task_create),
     "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
     "task.fence": Operation(s.TaskFence, tasks.task_fence),
@@ -32,11 +34,11 @@ OPERATIONS = {
     "task.release": Operation(s.TaskRelease, tasks.task_release),
     "task.halt": Operation(s.ById, tasks.task_halt),
     "task.continue": Operation(s.ById, tasks.task_continue),
-    "task.search": Operation(s.TaskSearch, tasks.task_search, reads_only=True),
-    "schedule.get": Operation(s.ById, schedules.schedule_get, reads_only=True),
+    "task.search": Operation(s.TaskSearch, tasks.task_search, autocommit=True),
+    "schedule.get": Operation(s.ById, schedules.schedule_get, autocommit=True),
     "schedule.create": Operation(s.ScheduleCreate, schedules.schedule_create),
     "schedule.delete": Operation(s.ById, schedules.schedule_delete),
-    "schedule.search": Operation(s.ScheduleSearch, schedules.schedule_search, reads_only=True),
+    "schedule.search": Operation(s.ScheduleSearch, schedules.schedule_search, autocommit=True),
     "debug.start": Operation(s.Empty, debug.debug_start),
     "debug.stop": Operation(s.Empty, debug.debug_stop),
     "debug.reset": Operation(s.Empty, debug.debug_reset),
