@@ -5,8 +5,10 @@
 Starts the server the way README.md tells production users to (manage.py serve on PostgreSQL, a
 fresh database `resonate_bench`), drives POST / with wrk for promise.create (with a target),
 promise.get, promise.settle and the task.create → task.fulfill pair, then runs pgbench with custom
-scripts of the same SQL shape (bench/pgbench/*.sql) at the same client counts. Needs wrk and
-pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib).
+scripts of the SQL the server sends (bench/pgbench/*.sql) at the same client counts, and drives the
+peer resonate-pg (../shared/peers/resonate-pg: the protocol as PL/pgSQL behind a stdlib Python HTTP
+server, in a scratch database `rpg_bench`) with the same wrk scripts. Needs wrk and pgbench on the PATH
+(Debian: apt-get install wrk postgresql-contrib); --no-peer when the peer is not beside the project.
 """
 
 import argparse
@@ -28,14 +30,16 @@ PYTHON = ROOT / ".venv" / "bin" / "python"
 DB = "resonate_bench"
 DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB}"
 PORT = 8009
+PEER = ROOT.parent / "shared" / "peers" / "resonate-pg"
+PEER_DB, PEER_PORT = "rpg_bench", 18032
 PREFILL = 20_000  # promises for promise.get and for pgbench's settle
 SETTLE_PER_THREAD = 60_000  # pending promises per wrk thread per settle run
 
-SCENARIOS = {  # name: (wrk script, pgbench script, requests per unit)
-    "promise.create": ("promise_create.lua", "promise_create.sql", 1),
-    "promise.get": ("promise_get.lua", "promise_get.sql", 1),
-    "promise.settle": ("promise_settle.lua", "promise_settle.sql", 1),
-    "task.create+fulfill": ("task_pair.lua", "task_pair.sql", 2),
+SCENARIOS = {  # name: (wrk script, pgbench script, requests per unit, pgbench protocol: as the server sends them)
+    "promise.create": ("promise_create.lua", "promise_create.sql", 1, "simple"),
+    "promise.get": ("promise_get.lua", "promise_get.sql", 1, "simple"),
+    "promise.settle": ("promise_settle.lua", "promise_settle.sql", 1, "extended"),
+    "task.create+fulfill": ("task_pair.lua", "task_pair.sql", 2, "extended"),
 }
 
 
@@ -68,6 +72,51 @@ def prefill_settle(run, threads):
         f"FROM generate_series(1, {threads}) t, generate_series(1, {SETTLE_PER_THREAD}) n"
     )
     psql("VACUUM ANALYZE")
+
+
+def rpc(kind, data):
+    """SQL for one resonate-pg call, for filling its database as the server's is filled."""
+    head = "jsonb_build_object('corrId', 'fill', 'version', '2026-04-01')"
+    return f"resonate.resonate_rpc(jsonb_build_object('kind', '{kind}', 'head', {head}, 'data', {data}))"
+
+
+def fresh_peer():
+    psql(f"DROP DATABASE IF EXISTS {PEER_DB} WITH (FORCE)", db="postgres")
+    psql(f"CREATE DATABASE {PEER_DB}", db="postgres")
+    subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-v", "ON_ERROR_STOP=1", "-d", PEER_DB]
+        + ["-f", str(PEER / "resonate.sql")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    create = rpc("promise.create", "jsonb_build_object('id', 'g-' || n, 'timeoutAt', 4102444800000)")
+    psql(f"SELECT count({create}) FROM generate_series(1, {PREFILL}) n", db=PEER_DB)
+
+
+def prefill_peer_settle(run, threads):
+    pending = f"jsonb_build_object('id', 's-{run}-' || t || '-' || n, 'timeoutAt', 4102444800000)"
+    psql(
+        f"SELECT count({rpc('promise.create', pending)}) "
+        f"FROM generate_series(1, {threads}) t, generate_series(1, {SETTLE_PER_THREAD}) n",
+        db=PEER_DB,
+    )
+    psql("VACUUM ANALYZE", db=PEER_DB)
+
+
+def start_peer():
+    env = {**os.environ, "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{PEER_DB}", "PORT": str(PEER_PORT)}
+    log = open(BENCH / "results" / "peer.log", "w")  # noqa: SIM115 (the peer outlives this function)
+    peer = subprocess.Popen(
+        [PYTHON, str(PEER / "shim.py")], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    body = b'{"kind":"promise.get","head":{"corrId":"r","version":"2026-04-01"},"data":{"id":"g-1"}}'
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{PEER_PORT}/", data=body), timeout=1)
+            return peer
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("resonate-pg did not start; see bench/results/peer.log")
 
 
 def start_server(workers, threads):
@@ -107,7 +156,7 @@ def stop(server):
 MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
-def wrk(script, clients, seconds, run, one_connection_per_thread=False):
+def wrk(script, clients, seconds, run, one_connection_per_thread=False, port=PORT):
     threads = clients if one_connection_per_thread else min(clients, 2)
     env = {**os.environ, "BENCH_DIR": str(BENCH / "wrk"), "BENCH_RUN": run, "BENCH_PREFILL": str(PREFILL)}
     out = subprocess.run(
@@ -119,7 +168,7 @@ def wrk(script, clients, seconds, run, one_connection_per_thread=False):
             "--latency",
             "-s",
             str(BENCH / "wrk" / script),
-            f"http://127.0.0.1:{PORT}/",
+            f"http://127.0.0.1:{port}/",
         ],
         env=env,
         capture_output=True,
@@ -143,7 +192,7 @@ def latency(match):
     return float(match.group(1)) * MS[match.group(2)]
 
 
-def pgbench(script, clients, seconds):
+def pgbench(script, clients, seconds, protocol):
     with tempfile.TemporaryDirectory() as logs:
         out = subprocess.run(
             [
@@ -153,6 +202,8 @@ def pgbench(script, clients, seconds):
                 "-U",
                 "postgres",
                 "-n",
+                "-M",
+                protocol,
                 "-c",
                 str(clients),
                 "-j",
@@ -190,6 +241,7 @@ def main():
     parser.add_argument("--workers", type=int, default=2, help="server processes")
     parser.add_argument("--threads", type=int, default=2, help="protocol threads per server process")
     parser.add_argument("--only", help="comma-separated scenario names")
+    parser.add_argument("--no-peer", action="store_true", help="leave out resonate-pg")
     args = parser.parse_args()
     for tool in ("wrk", "pgbench", "psql"):
         if not shutil.which(tool):
@@ -202,7 +254,7 @@ def main():
     rows = []
     server = start_server(args.workers, args.threads)
     try:
-        for name, (lua, _, _) in scenarios.items():
+        for name, (lua, *_) in scenarios.items():
             for c in clients:
                 run = f"{name.split('.')[-1][:4]}{c}x{int(time.time())}"
                 if name == "promise.settle":
@@ -212,9 +264,26 @@ def main():
                 print(f"server  {name:22} c={c:<3} {fmt(result)}", flush=True)
     finally:
         stop(server)
-    for name, (_, sql, per_unit) in scenarios.items():
+    if not args.no_peer:
+        if not PEER.is_dir():
+            raise SystemExit(f"the peer is not at {PEER} (use --no-peer)")
+        fresh_peer()
+        peer = start_peer()
+        try:
+            for name, (lua, *_) in scenarios.items():
+                for c in clients:
+                    run = f"p{name.split('.')[-1][:4]}{c}x{int(time.time())}"
+                    if name == "promise.settle":
+                        prefill_peer_settle(run, min(c, 2))
+                    one = name.startswith("task.")
+                    result = wrk(lua, c, args.seconds, run, one_connection_per_thread=one, port=PEER_PORT)
+                    rows.append((f"peer {name}", c, result))
+                    print(f"peer    {name:22} c={c:<3} {fmt(result)}", flush=True)
+        finally:
+            stop(peer)
+    for name, (_, sql, per_unit, protocol) in scenarios.items():
         for c in clients:
-            result = pgbench(sql, c, args.seconds)
+            result = pgbench(sql, c, args.seconds, protocol)
             result["rate"] *= per_unit  # one pgbench transaction of task_pair.sql is two requests
             rows.append((f"pgbench {name}", c, result))
             print(f"pgbench {name:22} c={c:<3} {fmt(result)}", flush=True)
@@ -227,22 +296,25 @@ def fmt(r):
 
 
 def report(rows, args):
-    raw = {(name.removeprefix("pgbench "), c): r for name, c, r in rows if name.startswith("pgbench ")}
+    baseline = {(name.removeprefix("pgbench "), c): r for name, c, r in rows if name.startswith("pgbench ")}
+    peer = {(name.removeprefix("peer "), c): r for name, c, r in rows if name.startswith("peer ")}
     lines = [
-        f"# POST / on PostgreSQL vs pgbench, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
-        f"{args.workers} server processes x {args.threads} threads, {args.seconds} s per point",
+        f"# POST / on PostgreSQL vs pgbench and resonate-pg, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores,"
+        f" {args.workers} server processes x {args.threads} threads, {args.seconds} s per point",
         "",
-        "| operation | clients | server req/s | p50 ms | p99 ms | non-2xx | pgbench req/s | p50 ms | p99 ms | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| operation | clients | server req/s | p50 ms | p99 ms | non-2xx | pgbench req/s | server/pgbench"
+        " | resonate-pg req/s | p99 ms | server/peer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c, r in rows:
-        if name.startswith("pgbench "):
+        if name.startswith(("pgbench ", "peer ")):
             continue
-        b = raw.get((name, c))
-        base = (
-            f"{b['rate']:.0f} | {b['p50']:.2f} | {b['p99']:.2f} | {r['rate'] / b['rate']:.0%}" if b else "- | - | - | -"
+        b, p = baseline.get((name, c)), peer.get((name, c))
+        base = f"{b['rate']:.0f} | {r['rate'] / b['rate']:.0%}" if b else "- | -"
+        versus = f"{p['rate']:.0f} | {p['p99']:.2f} | {r['rate'] / p['rate']:.2f}x" if p else "- | - | -"
+        lines.append(
+            f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} | {versus} |"
         )
-        lines.append(f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} |")
     text = "\n".join(lines)
     print("\n" + text)
     (BENCH / "results" / f"protocol-{time.strftime('%Y%m%d-%H%M%S')}.md").write_text(text + "\n")

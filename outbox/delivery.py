@@ -18,7 +18,7 @@ from django.db import connection
 from outbox.hub import HubUnavailable, hub, parse_poll_address
 from outbox.models import DeliveryState, Message
 from promises import rows
-from promises.transactions import run_atomically
+from promises.transactions import Mode, run_atomically
 from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
 from resonate_site.metrics import deliveries_recorded, messages_claimed
@@ -45,11 +45,30 @@ class Transport(Enum):
 def deliver(keys=None, limit=BATCH, only=None):
     """Send due messages: only those with `keys` if given, only those of one Transport if `only`. The keys claimed."""
     claimed = run_atomically(bookkeeping(claim), keys, now_ms(), limit, only)
-    if claimed:
-        messages_claimed(claimed)
-        outcomes = send_all(claimed)
-        deliveries_recorded(run_atomically(bookkeeping(record), claimed, outcomes, now_ms()))
+    send_claimed(claimed)
     return [message.key for message in claimed]
+
+
+def send_claimed(messages):
+    """Send messages this process holds the claim of (claimed above, or when it wrote them), and record how it went."""
+    if messages:
+        messages_claimed(messages)
+        outcomes = send_all(messages)
+        deliveries_recorded(run_atomically(record, messages, outcomes, now_ms(), mode=Mode.AUTOCOMMIT))
+
+
+def claim_on_write(message, now):
+    """Claim a message as it is written, for the process that writes it and sends it once it is committed:
+    the attempt counted and the lease taken as claim would, without a statement of its own."""
+    message.attempts += 1
+    message.next_attempt_at = now + lease_ms(message.address)
+
+
+def lease_ms(address):
+    """How long a claim holds a message: one attempt, a publish to the hub or a whole HTTP push with its timeout."""
+    if address.startswith("poll://"):
+        return POLL_LEASE_MS
+    return resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
 
 
 def bookkeeping(step):
@@ -92,7 +111,6 @@ def claim(keys, now, limit, only=None):
     The lease covers one attempt: a whole HTTP push with its timeout, or a publish to the hub. A
     deliverer that dies holding them leaves them to be claimed again once it lapses.
     """
-    push_lease = resonate_settings.PUSH_TIMEOUT_MS + resonate_settings.DELIVERY_BACKOFF_MS
     which = f' AND "key" IN ({rows.placeholders(keys)})' if keys else ""
     if only is Transport.PUSH:  # a process with no hub reaches no stream: it must not try poll:// messages
         which += """ AND "address" NOT LIKE 'poll://%%'"""
@@ -105,7 +123,7 @@ def claim(keys, now, limit, only=None):
         f""" "next_attempt_at" = CASE WHEN "address" LIKE 'poll://%%' THEN %s ELSE %s END WHERE "id" IN ("""
         f'SELECT "id" FROM {TABLE} WHERE "state" = %s AND "next_attempt_at" <= %s{which}'
         f' ORDER BY "next_attempt_at", "id" LIMIT %s{lock}) RETURNING {rows.columns(Message)}',
-        [now + POLL_LEASE_MS, now + push_lease, DeliveryState.PENDING, now, *(keys or []), limit],
+        [now + lease_ms("poll://"), now + lease_ms("http://"), DeliveryState.PENDING, now, *(keys or []), limit],
     )
 
 
@@ -156,41 +174,29 @@ def push(url, body):
 def record(messages, outcomes, now):
     """Store each outcome, unless the message was replaced (or finished by another deliverer) meanwhile.
 
-    The delivered ones (nearly all) in one statement; the others, each with its own next attempt, in a batch.
-    Returns the state each attempt left its message in.
+    One statement for the whole batch, which needs no transaction; on PostgreSQL its commit does not wait
+    for the disk: if the database crashes before it is flushed, the outcome is forgotten and the message
+    is sent again (delivery is at least once anyway). Returns the state each attempt left its message in.
     """
-    states, delivered, others = [], [], []
+    states, values = [], []
     for message, (outcome, detail) in zip(messages, outcomes, strict=True):
         after = settled_as(message, outcome, now)
         states.append(after.state)
-        claimed = [message.pk, message.attempts, message.created_at]
-        if after.state == DeliveryState.DELIVERED:
-            delivered.append(claimed)
-        else:
-            others.append([*after, detail, *claimed, DeliveryState.PENDING])
+        values += [message.key, message.attempts, message.created_at, *after, detail]
+        if after.state != DeliveryState.DELIVERED:
             log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
+    row = "(CAST(%s AS text), CAST(%s AS integer), CAST(%s AS bigint), CAST(%s AS varchar(9)), CAST(%s AS bigint),"
+    row += " CAST(%s AS bigint), CAST(%s AS bigint), CAST(%s AS text))"
+    sql = (
+        f'UPDATE {TABLE} SET "state" = v.column4, "next_attempt_at" = v.column5, "delivered_at" = v.column6,'
+        f' "unreached_since" = v.column7, "last_error" = v.column8 FROM (VALUES {", ".join([row] * len(messages))}) v'
+        f' WHERE {TABLE}."key" = v.column1 AND {TABLE}."attempts" = v.column2 AND {TABLE}."created_at" = v.column3'
+        f' AND {TABLE}."state" = %s'
+    )
+    if connection.vendor == "postgresql":
+        sql = "SET LOCAL synchronous_commit TO OFF; " + sql  # one round trip: a simple query of two statements
     with connection.cursor() as cursor:
-        if delivered:
-            ids, claims = rows.placeholders(delivered), rows.tuples(3, len(delivered))
-            cursor.execute(  # the id list lets SQLite look rows up by key rather than scan the pending ones
-                f'UPDATE {TABLE} SET "state" = %s, "delivered_at" = %s, "unreached_since" = NULL, "last_error" = %s'
-                f' WHERE "state" = %s AND "id" IN ({ids}) AND ("id", "attempts", "created_at") IN (VALUES {claims})',
-                [
-                    DeliveryState.DELIVERED,
-                    now,
-                    "",
-                    DeliveryState.PENDING,
-                    *(id for id, _, _ in delivered),
-                    *(v for row in delivered for v in row),
-                ],
-            )
-        if others:
-            cursor.executemany(
-                f'UPDATE {TABLE} SET "state" = %s, "next_attempt_at" = %s, "delivered_at" = %s,'
-                ' "unreached_since" = %s, "last_error" = %s'
-                ' WHERE "id" = %s AND "attempts" = %s AND "created_at" = %s AND "state" = %s',
-                others,
-            )
+        cursor.execute(sql, [*values, DeliveryState.PENDING])
     return states
 
 

@@ -10,9 +10,10 @@ import time
 
 from django.db import close_old_connections, connections
 
-from outbox.delivery import BATCH, Transport, deliver, deliver_due
+from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed
 from outbox.delivery import requeue as requeue_messages
-from outbox.models import Pause
+from outbox.hub import parse_poll_address
+from outbox.models import Message, Pause
 from promises.transactions import after_commit, run_atomically
 from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
@@ -20,21 +21,27 @@ from resonate_site.conf import resonate_settings
 log = logging.getLogger(__name__)
 
 
-def announce(*keys):
-    """Deliver the messages with these keys once the transaction that wrote them commits.
+def announce(*messages):
+    """Deliver these messages (Message instances, or keys) once the transaction that wrote them commits.
 
-    The keys of one operation go out together: one notice per commit.
+    The messages of one operation go out together: one notice per commit.
     """
-    after_commit(notify, *keys)
+    after_commit(notify, *messages)
 
 
-def notify(keys):
+def notify(messages):
     """Have these committed messages delivered now, by this process's deliverer thread: a request never waits on
     delivery. Whatever a deliverer misses, the periodic delivery pass sends."""
     running = deliverer()
     if running is not None:
-        running.wake(keys)
+        running.wake(messages)
     # Otherwise nobody delivers in this process (tests, commands): the message waits in the outbox.
+
+
+def sends_at_once(address):
+    """Whether this process's deliverer sends a message to this address itself, as soon as it is committed."""
+    running = deliverer()
+    return running is not None and running.sends_at_once(address)
 
 
 def requeue(identities, delay_ms=0):
@@ -91,11 +98,15 @@ class Deliverer(threading.Thread):
             self.handoff.start()
         super().start()
 
-    def wake(self, keys):
+    def sends_at_once(self, address):
+        """Embedded: every message. Production: poll:// ones; HTTP pushes go to Celery workers (see Handoff)."""
+        return self.embedded or parse_poll_address(address) is not None
+
+    def wake(self, messages):
         try:
-            self.keys.put_nowait(keys)
+            self.keys.put_nowait(messages)
         except queue.Full:
-            log.warning("%d messages not announced (delivery is behind); the delivery pass will send them", len(keys))
+            log.warning("%d messages not announced (delivery is behind); the delivery pass sends them", len(messages))
 
     def run(self):
         period = resonate_settings.DELIVERY_PASS_MS / 1000 if self.embedded else float("inf")
@@ -124,18 +135,30 @@ class Deliverer(threading.Thread):
             self.pause_read = (time.monotonic(), Pause.is_paused())
         return self.pause_read[1]
 
-    def deliver_announced(self, keys):
-        while len(keys) < BATCH:  # take what else was announced meanwhile, in one go
+    def deliver_announced(self, announced):
+        """Messages claimed when they were written are sent as they are; the others (keys, or messages this
+        process does not send itself) are claimed first, or handed to Celery."""
+        while len(announced) < BATCH:  # take what else was announced meanwhile, in one go
             try:
-                keys = keys + self.keys.get_nowait()
+                announced = announced + self.keys.get_nowait()
             except queue.Empty:
                 break
+        claimed = [m for m in announced if claimed_on_write(m)]
+        keys = [m.key if isinstance(m, Message) else m for m in announced if not claimed_on_write(m)]
+        send_claimed(claimed)
+        if not keys:
+            return
         if self.embedded:
             deliver(keys, limit=len(keys))
             return
         sent = deliver(keys, limit=len(keys), only=Transport.POLL)
         if rest := sorted(set(keys) - set(sent)):  # pushes, or messages another deliverer took
             self.handoff.put(rest)
+
+
+def claimed_on_write(announced):
+    """Whether an announcement is a message this process claimed as it wrote it (outbox.messages.message)."""
+    return isinstance(announced, Message) and announced.attempts > 0
 
 
 class Handoff(threading.Thread):

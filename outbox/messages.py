@@ -1,36 +1,47 @@
 """setMessage: put an execute or unblock message in the outbox (replacing one with the same key); it is
 delivered once the transaction commits."""
 
-from outbox.dispatch import announce
+from outbox.delivery import claim_on_write
+from outbox.dispatch import announce, sends_at_once
 from outbox.models import Message, MessageKind
 
 
+def message(kind, subject, address, data, now):
+    """A new message, unsaved. When this process will send it as soon as it is committed, it is claimed for
+    this process as it is written (outbox.delivery.claim_on_write): no claim statement after the commit."""
+    built = Message.build(kind, subject, address, data, now)
+    if sends_at_once(address):
+        claim_on_write(built, now)
+    return built
+
+
 def execute(address, task, now):
-    """The execute(task, version) message to an address, unsaved: for a row stored with it (a new task's)."""
-    return Message.build(MessageKind.EXECUTE, task.id, address, {"task": {"id": task.id, "version": task.version}}, now)
+    """execute(task, version) to an address, unsaved: for a row stored with it (a new task's)."""
+    return message(MessageKind.EXECUTE, task.id, address, {"task": {"id": task.id, "version": task.version}}, now)
+
+
+def set_messages(messages):
+    """Store messages (each replacing the one with its key), one statement for all; delivered after the commit."""
+    Message.objects.store(messages)
+    announce(*messages)
 
 
 def set_execute(address, task, now):
-    set_executes([(address, task.id, task.version)], now)
+    set_messages([execute(address, task, now)])
 
 
 def set_executes(executes, now):
-    """execute(id, version) to each address, for (address, task id, version) triples: one statement for all."""
-    announce(
-        *Message.objects.set_messages(
-            [
-                (MessageKind.EXECUTE, id, address, {"task": {"id": id, "version": version}})
-                for address, id, version in executes
-            ],
-            now,
-        )
+    """execute(id, version) to each address, for (address, task id, version) triples."""
+    set_messages(
+        [
+            message(MessageKind.EXECUTE, id, address, {"task": {"id": id, "version": version}}, now)
+            for address, id, version in executes
+        ]
     )
 
 
 def set_unblocks(unblocks, now):
-    """unblock(record) to each address, for (address, promise record) pairs: one statement for all."""
-    announce(
-        *Message.objects.set_messages(
-            [(MessageKind.UNBLOCK, record["id"], address, {"promise": record}) for address, record in unblocks], now
-        )
+    """unblock(record) to each address, for (address, promise record) pairs."""
+    set_messages(
+        [message(MessageKind.UNBLOCK, record["id"], address, {"promise": record}, now) for address, record in unblocks]
     )

@@ -62,15 +62,9 @@ class MessageQuerySet(models.QuerySet):
         )
         return keys
 
-    def set_message(self, kind, subject, address, data, now):
-        """Insert or replace the message with this key, ready to be delivered again; its key."""
-        return self.set_messages([(kind, subject, address, data)], now)[0]
-
-    def set_messages(self, messages, now):
-        """set_message for several (kind, subject, address, data) with distinct keys; their keys."""
-        built = [Message.build(kind, subject, address, data, now) for kind, subject, address, data in messages]
-        rows.insert_all(built, on_conflict=Message.insert_on_conflict)
-        return [message.key for message in built]
+    def store(self, messages):
+        """setMessage for unsaved messages with distinct keys: each replaces the one with its key (one statement)."""
+        rows.insert_all(messages, on_conflict=Message.insert_on_conflict)
 
 
 class Message(models.Model):
@@ -108,7 +102,7 @@ class Message(models.Model):
 
     @classmethod
     def build(cls, kind, subject, address, data, now):
-        """An unsaved message, due now (stored by set_messages or with the row that caused it)."""
+        """An unsaved message, due now (stored by outbox.messages or with the row that caused it)."""
         key = message_key(kind, subject, address)
         return cls(key=key, kind=kind, subject=subject, address=address, data=data, created_at=now, next_attempt_at=now)
 

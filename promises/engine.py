@@ -5,7 +5,7 @@ from typing import NamedTuple
 from outbox.dispatch import announce
 from outbox.messages import set_unblocks
 from promises import rows
-from promises.models import Callback, Listener, Promise, is_external, timeout_state
+from promises.models import Callback, Promise, is_external, take_registrations, timeout_state
 from tasks.engine import enqueue_resume, fulfil, new_task
 
 
@@ -30,7 +30,7 @@ def create(id, param, tags, timeout_at, now, holder=None):
     task, messages = new_task(promise, now, holder) if holder is not None or promise.target is not None else (None, [])
     existing = rows.insert_unless_exists(promise, [row for row in (task, *messages) if row is not None])
     if existing is None and messages:
-        announce(*(message.key for message in messages))
+        announce(*messages)
     return Creation(promise, task, existing)
 
 
@@ -50,8 +50,7 @@ def settle_all(promises, now):
     the caller makes sure none of them awaits another (Callback.among), or settles them one by one.
     """
     ids = [p.id for p in promises]
-    listeners = Listener.take_addresses(ids)
-    awaiters = Callback.take_awaiters(ids)
+    listeners, awaiters = take_registrations(ids)
     for promise in promises:
         promise.timeout_armed = False
     rows.update_all(promises, "state", "value", "settled_at", "timeout_armed")

@@ -174,14 +174,6 @@ class Callback(models.Model):
         rows.insert(cls(awaited_id=awaited_id, awaiter_id=awaiter_id), on_conflict="nothing")
 
     @classmethod
-    def take_awaiters(cls, awaited_ids):
-        """Remove the callbacks of these promises; {awaited id: [awaiter ids, in registration order]}."""
-        awaiters = {}
-        for _, awaited, awaiter in sorted(rows.take(cls, "awaited_id", awaited_ids, "id", "awaited_id", "awaiter_id")):
-            awaiters.setdefault(awaited, []).append(awaiter)
-        return awaiters
-
-    @classmethod
     def scrub(cls, awaiter_ids):
         """The settlement scrub: settled promises are removed as awaiters from every promise they waited on."""
         if awaiter_ids:
@@ -192,7 +184,7 @@ class Callback(models.Model):
     def among(cls, ids):
         """Whether any of these promises awaits another of them."""
         return bool(
-            rows.execute(
+            rows.query(
                 f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "awaited_id" IN ({rows.placeholders(ids)})'
                 f' AND "awaiter_id" IN ({rows.placeholders(ids)}) LIMIT 1',
                 [*ids, *ids],
@@ -216,10 +208,21 @@ class Listener(models.Model):
     def register(cls, promise_id, address):
         rows.insert(cls(promise_id=promise_id, address=address), on_conflict="nothing")
 
-    @classmethod
-    def take_addresses(cls, promise_ids):
-        """Remove the listeners of these promises; {promise id: [addresses, in order]}."""
-        addresses = {}
-        for promise_id, address in sorted(rows.take(cls, "promise_id", promise_ids, "promise_id", "address")):
-            addresses.setdefault(promise_id, []).append(address)
-        return addresses
+
+def take_registrations(promise_ids):
+    """What settling these promises consumes: their listeners, {promise id: [addresses]}, and their callbacks,
+    {awaited id: [awaiter ids, in registration order]}, removed (both in one round trip when pipelined)."""
+    if not promise_ids:
+        return {}, {}
+    listened, awaited = rows.query_all(
+        [
+            rows.taking(Listener, "promise_id", promise_ids, "promise_id", "address"),
+            rows.taking(Callback, "awaited_id", promise_ids, "id", "awaited_id", "awaiter_id"),
+        ]
+    )
+    addresses, awaiters = {}, {}
+    for promise_id, address in sorted(listened):
+        addresses.setdefault(promise_id, []).append(address)
+    for _, awaited_id, awaiter_id in sorted(awaited):
+        awaiters.setdefault(awaited_id, []).append(awaiter_id)
+    return addresses, awaiters

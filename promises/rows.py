@@ -201,7 +201,6 @@ def update(instance, *attnames, using=DEFAULT):
     params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, instance.pk])
-        return cursor.rowcount
 
 
 def update_all(instances, *attnames, using=DEFAULT):
@@ -218,15 +217,29 @@ def update_all(instances, *attnames, using=DEFAULT):
         cursor.executemany(sql, params)
 
 
-def take(model, column, values, *returned):
-    """DELETE the model's rows whose `column` is one of `values`; the `returned` columns of each."""
-    if not values:
-        return []
-    return execute(
+def taking(model, column, values, *returned):
+    """The statement (sql, params) that DELETEs the model's rows whose `column` is one of `values`, returning the
+    `returned` columns of each: for query_all."""
+    return (
         f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN ({placeholders(values)})"
         f" RETURNING {', '.join(quote(c) for c in returned)}",
         list(values),
     )
+
+
+def query_all(statements, using=DEFAULT):
+    """Run several (sql, params) statements that return rows, all sent before any is read: in a pipelined
+    transaction, one round trip. Their rows, statement by statement."""
+    connection = connections[using]
+    cursors = []
+    try:
+        for sql, params in statements:
+            cursors.append(connection.cursor())
+            cursors[-1].execute(sql, params)
+        return [cursor.fetchall() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
 
 
 def tuples(width, count):
@@ -255,7 +268,13 @@ def columns(model):
 
 
 def execute(sql, params=(), using=DEFAULT):
-    """Run one hand-written statement; its rows (empty for writes)."""
+    """Run one hand-written statement that returns no rows (in a pipelined transaction it is only queued)."""
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description else []
+
+
+def query(sql, params=(), using=DEFAULT):
+    """Run one hand-written statement that returns rows (a SELECT, or a write … RETURNING); its rows."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()

@@ -26,7 +26,7 @@ NEXT_DUE = (
 
 def next_due():
     """The earliest deadline of any armed timeout (ms), or None."""
-    return rows.execute(NEXT_DUE)[0][0]
+    return rows.query(NEXT_DUE)[0][0]
 
 
 def keep_sweeping(seconds, stopping=lambda: False):

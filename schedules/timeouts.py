@@ -51,7 +51,7 @@ def _due(table, deadline, where, lock_of=""):
         query = sql + (" LIMIT %s" if limit else "")
         if claim and connection.features.has_select_for_update_skip_locked:
             query += f" FOR UPDATE{lock_of} SKIP LOCKED"
-        return [id for (id,) in rows.execute(query, [now, limit] if limit else [now])]
+        return [id for (id,) in rows.query(query, [now, limit] if limit else [now])]
 
     return due
 

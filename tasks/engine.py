@@ -99,7 +99,7 @@ def on_task_retry_timeout(task_ids, now):
     promises = Promise.objects.lock_all(task_ids)
     table = rows.quote(Task._meta.db_table)
     rearmed = dict(
-        rows.execute(
+        rows.query(
             f'UPDATE {table} SET "timeout_at" = %s WHERE "id" IN ({rows.placeholders(task_ids)})'
             f' AND "state" = %s AND "timeout_kind" = %s AND "timeout_at" <= %s RETURNING "id", "version"',
             [retry_at(now), *task_ids, TaskState.PENDING, TimeoutKind.RETRY, now],

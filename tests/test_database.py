@@ -3,6 +3,8 @@
 import pytest
 from django.db import connection
 
+from promises import rows
+from promises.transactions import Mode
 from resonate_site.protocol.envelope import answer
 
 
@@ -92,7 +94,9 @@ def test_a_connection_lost_while_committing_is_a_503_not_a_retry(through_proxy, 
         through_proxy("drop")
         return reply
 
-    monkeypatch.setitem(dispatch.OPERATIONS, "promise.create", operation._replace(handler=create_then_cut))
+    # In a transaction of its own (a create alone is one statement, which has committed when it returns).
+    in_transaction = operation._replace(handler=create_then_cut, mode=Mode.TRANSACTION)
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.create", in_transaction)
 
     reply = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
 
@@ -138,12 +142,11 @@ def test_a_request_never_waits_for_delivery(production_deliverer, monkeypatch):
 
     stalled, delivered = threading.Event(), []
 
-    def stalled_delivery(keys, limit, only=None):
-        delivered.append((keys, only))
+    def stalled_delivery(messages):
+        delivered.extend(messages)
         stalled.wait(30)  # the hub or the database as slow as can be
-        return keys
 
-    monkeypatch.setattr(dispatch, "deliver", stalled_delivery)
+    monkeypatch.setattr(dispatch, "send_claimed", stalled_delivery)
     body = envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": {"resonate:target": "poll://any@g"}})
 
     started = time.monotonic()
@@ -155,7 +158,33 @@ def test_a_request_never_waits_for_delivery(production_deliverer, monkeypatch):
     stalled.set()
 
     assert reply["head"]["status"] == 200 and answered_in < 5
-    assert delivered == [(["e:wf"], dispatch.Transport.POLL)]  # poll messages straight to the hub, from its thread
+    assert [m.key for m in delivered] == ["e:wf"]  # poll messages straight to the hub, from its thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_is_claimed_as_it_is_written_by_the_process_that_sends_it(production_deliverer, monkeypatch):
+    """No claim statement after the commit: the row is written with the attempt counted and the lease taken, and
+    the message goes to the sender as it is; were the process to die, the lease lapses and Beat's pass sends it."""
+    import time
+
+    from outbox import dispatch
+    from outbox.delivery import POLL_LEASE_MS
+    from outbox.models import Message
+
+    sent, claimed_by_statement = [], []
+    monkeypatch.setattr(dispatch, "send_claimed", sent.extend)
+    monkeypatch.setattr(dispatch, "deliver", lambda keys, **kwargs: claimed_by_statement.append(keys) or [])
+    target = {"resonate:target": "poll://any@g"}
+
+    answer(envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": target}), now=1000)
+
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stored = Message.objects.get(key="e:wf")
+    assert [(m.key, m.attempts, m.created_at) for m in sent] == [("e:wf", 1, 1000)]
+    assert (stored.attempts, stored.next_attempt_at) == (1, 1000 + POLL_LEASE_MS)
+    assert claimed_by_statement == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -182,3 +211,48 @@ def test_a_production_deliverer_hands_pushes_to_celery_and_a_broker_outage_costs
         time.sleep(0.01)
     assert reply["head"]["status"] == 200
     assert handed == [["e:wf"]]  # left in the outbox for Beat's pass when the broker is away
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_settlements_run_pipelined_on_postgresql(monkeypatch):
+    """Writes whose result is not read go out without a round trip each (promises/transactions.py)."""
+    from resonate_site.protocol import dispatch
+
+    seen = []
+    operation = dispatch.OPERATIONS["promise.settle"]
+
+    def settle_and_look(req, now):
+        seen.append(connection.connection.pgconn.pipeline_status)
+        return operation.handler(req, now)
+
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", operation._replace(handler=settle_and_look))
+    answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
+
+    reply = answer(envelope("promise.settle", {"id": "p", "state": "resolved"}))
+
+    assert reply["head"]["status"] == 200 and reply["data"]["promise"]["state"] == "resolved"
+    assert seen and seen[0] != 0  # libpq's PQpipelineStatus: 0 is off
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_that_fails_after_the_last_read_rolls_back_the_whole_operation(monkeypatch):
+    """Pipelined, the failure of a queued write surfaces only at COMMIT: it must still undo the settlement."""
+    from promises.models import Listener
+    from resonate_site.protocol import dispatch
+
+    operation = dispatch.OPERATIONS["promise.settle"]
+
+    def settle_then_fail(req, now):
+        reply = operation.handler(req, now)
+        Listener.register("p", "poll://any@g")
+        rows.insert(Listener(promise_id="p", address="poll://any@g"))  # a duplicate: refused by the database
+        return reply
+
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", operation._replace(handler=settle_then_fail))
+    answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
+
+    reply = answer(envelope("promise.settle", {"id": "p", "state": "resolved"}))
+
+    assert reply["head"]["status"] == 503  # retried as a lost race, then refused: nothing committed
+    assert answer(envelope("promise.get", {"id": "p"}))["data"]["promise"]["state"] == "pending"

@@ -47,7 +47,9 @@ def test_a_message_routed_just_before_the_stream_reaches_its_maximum_age_still_r
 
 @pytest.mark.django_db(transaction=True)
 def test_what_a_stream_took_but_never_sent_goes_back_to_the_outbox_when_its_client_leaves(memory_hub):
-    [key] = Message.objects.set_messages([(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}})], now=1)
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+    key = message.key
     # As a deliverer records it, after the message had waited for a stream since 0: its grace starts afresh.
     Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2, unreached_since=0)
 
@@ -75,7 +77,9 @@ def test_a_message_for_a_stream_that_is_full_waits_in_the_outbox_and_is_not_anno
 
     announced = []
     monkeypatch.setattr(dispatch, "notify", announced.append)
-    [key] = Message.objects.set_messages([(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}})], now=1)
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+    key = message.key
     routed_at = None
 
     async def scenario():

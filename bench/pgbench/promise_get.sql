@@ -1,5 +1,4 @@
--- The SQL a promise.get runs: one read by primary key in a transaction.
+-- What a promise.get sends (promises.rows.fetch): one read by primary key, in autocommit (reads run
+-- without BEGIN/COMMIT on PostgreSQL).
 \set n random(1, :prefill)
-BEGIN;
-SELECT id, state, param, value, tags, timeout_at, created_at, settled_at FROM promises_promise WHERE id = 'g-' || :n;
-COMMIT;
+SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = 'g-' || :n;

@@ -50,7 +50,7 @@ def answer(body, now=None):
         req["corr_id"] = corr_id
         if kind == "debug.tick" and envelope["head"].get(DEBUG_TIME, req["time"]) != req["time"]:
             raise Refusal(400, f"{DEBUG_TIME} must equal data.time in debug.tick")
-        status, data = run_atomically(operation.handler, req, now, autocommit=operation.autocommit)
+        status, data = run_atomically(operation.handler, req, now, mode=operation.mode)
     except Refusal as refusal:
         return reply(kind, corr_id, refusal.status, refusal.message)
     except Busy as busy:  # lost races, or the database out of reach: nothing was committed, or it is unknown
@@ -74,7 +74,7 @@ def perform(kind, data, now=None):
         raise Refusal(404, f"Unknown operation: {kind}")
     req = validate(operation, data)
     req["corr_id"] = "operator"
-    return run_atomically(operation.handler, req, now if now is not None else now_ms(), autocommit=operation.autocommit)
+    return run_atomically(operation.handler, req, now if now is not None else now_ms(), mode=operation.mode)
 
 
 def echoed(envelope):
