@@ -2,10 +2,11 @@
 
 A deliverer claims due messages (SKIP LOCKED, so deliverers share the work), counts the attempt and
 pushes the next attempt time out by a lease, commits, sends, and records each outcome only if the
-message is still the one it claimed (setMessage may have replaced it meanwhile). A deliverer that
-dies between claim and record leaves its messages pending; they are sent again once the lease lapses.
-Each step handles a whole batch: one statement to claim, one round trip to route poll messages, one
-pipelined statement to record.
+message is still the one it claimed (setMessage may have replaced it meanwhile). The process that
+writes a message and sends it once committed claims it as it writes it (claim_on_write). A deliverer
+that dies between claim and record leaves its messages pending; they are sent again once the lease
+lapses. Each step handles a whole batch: one statement to claim, one round trip to route poll
+messages, one statement to record.
 """
 
 import logging

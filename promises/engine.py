@@ -5,8 +5,8 @@ from typing import NamedTuple
 from outbox.dispatch import announce
 from outbox.messages import set_unblocks
 from promises import rows
-from promises.models import Callback, Promise, is_external, take_registrations, timeout_state
-from tasks.engine import enqueue_resume, fulfil, new_task
+from promises.models import Callback, Promise, is_external, registrations, taking_registrations, timeout_state
+from tasks.engine import enqueue_resume, fulfilling, new_task
 
 
 class Creation(NamedTuple):
@@ -50,12 +50,17 @@ def settle_all(promises, now):
     the caller makes sure none of them awaits another (Callback.among), or settles them one by one.
     """
     ids = [p.id for p in promises]
-    listeners, awaiters = take_registrations(ids)
     for promise in promises:
         promise.timeout_armed = False
-    rows.update_all(promises, "state", "value", "settled_at", "timeout_armed")
-    fulfil(ids)
-    Callback.scrub(ids)
+    *_, listened, awaited = rows.run_all(  # one statement on PostgreSQL
+        [
+            rows.updating(promises, "state", "value", "settled_at", "timeout_armed"),
+            fulfilling(ids),
+            Callback.scrubbing(ids),
+            *taking_registrations(ids),
+        ]
+    )
+    listeners, awaiters = registrations(listened, awaited)
     records = {p.id: p.to_record() for p in promises}
     set_unblocks([(address, records[id]) for id in ids for address in listeners.get(id, [])], now)
     for id in ids:

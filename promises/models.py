@@ -174,11 +174,17 @@ class Callback(models.Model):
         rows.insert(cls(awaited_id=awaited_id, awaiter_id=awaiter_id), on_conflict="nothing")
 
     @classmethod
-    def scrub(cls, awaiter_ids):
-        """The settlement scrub: settled promises are removed as awaiters from every promise they waited on."""
-        if awaiter_ids:
-            table, where = rows.quote(cls._meta.db_table), rows.placeholders(awaiter_ids)
-            rows.execute(f'DELETE FROM {table} WHERE "awaiter_id" IN ({where})', list(awaiter_ids))
+    def scrubbing(cls, settled_ids):
+        """The settlement scrub: settled promises are removed as awaiters from every promise they waited on.
+
+        Callbacks among the settled promises themselves are left to taking them as awaited (take_registrations):
+        the two steps never touch the same row.
+        """
+        table, where = rows.quote(cls._meta.db_table), rows.placeholders(settled_ids)
+        return rows.Statement(
+            f'DELETE FROM {table} WHERE "awaiter_id" IN ({where}) AND "awaited_id" NOT IN ({where})',
+            [*settled_ids, *settled_ids],
+        )
 
     @classmethod
     def among(cls, ids):
@@ -209,20 +215,20 @@ class Listener(models.Model):
         rows.insert(cls(promise_id=promise_id, address=address), on_conflict="nothing")
 
 
-def take_registrations(promise_ids):
-    """What settling these promises consumes: their listeners, {promise id: [addresses]}, and their callbacks,
-    {awaited id: [awaiter ids, in registration order]}, removed (both in one round trip when pipelined)."""
-    if not promise_ids:
-        return {}, {}
-    listened, awaited = rows.query_all(
-        [
-            rows.taking(Listener, "promise_id", promise_ids, "promise_id", "address"),
-            rows.taking(Callback, "awaited_id", promise_ids, "id", "awaited_id", "awaiter_id"),
-        ]
-    )
+def taking_registrations(promise_ids):
+    """What settling these promises consumes, removed: their listeners and their callbacks (as awaited)."""
+    return [
+        rows.taking(Listener, "promise_id", promise_ids, "promise_id", "address"),
+        rows.taking(Callback, "awaited_id", promise_ids, "id", "awaited_id", "awaiter_id"),
+    ]
+
+
+def registrations(listened, awaited):
+    """The rows taken by taking_registrations as ({promise id: [addresses]}, {awaited id: [awaiter ids, in
+    registration order]})."""
     addresses, awaiters = {}, {}
-    for promise_id, address in sorted(listened):
-        addresses.setdefault(promise_id, []).append(address)
-    for _, awaited_id, awaiter_id in sorted(awaited):
-        awaiters.setdefault(awaited_id, []).append(awaiter_id)
+    for row in sorted(listened, key=lambda row: (row["promise_id"], row["address"])):
+        addresses.setdefault(row["promise_id"], []).append(row["address"])
+    for row in sorted(awaited, key=lambda row: row["id"]):
+        awaiters.setdefault(row["awaited_id"], []).append(row["awaiter_id"])
     return addresses, awaiters

@@ -7,7 +7,9 @@ callers keep working with models. Values go through each field's own get_db_prep
 """
 
 from functools import cache
+from typing import NamedTuple
 
+import orjson
 from django.db import IntegrityError, connections
 
 DEFAULT = "default"
@@ -203,43 +205,69 @@ def update(instance, *attnames, using=DEFAULT):
         cursor.execute(sql, [*params, instance.pk])
 
 
-def update_all(instances, *attnames, using=DEFAULT):
-    """UPDATE the given fields of several rows of one model (one prepared statement, pipelined)."""
-    if len(instances) == 1:
-        update(instances[0], *attnames, using=using)
-        return
-    if not instances:
-        return
-    connection = connections[using]
-    fields, sql = _update(type(instances[0]), attnames)
-    params = [[*(f.get_db_prep_save(getattr(i, f.attname), connection) for f in fields), i.pk] for i in instances]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+class Statement(NamedTuple):
+    """One hand-written statement, for run_all: its SQL, its parameters, and whether it returns rows."""
+
+    sql: str
+    params: list
+    returns: bool = False
 
 
 def taking(model, column, values, *returned):
-    """The statement (sql, params) that DELETEs the model's rows whose `column` is one of `values`, returning the
-    `returned` columns of each: for query_all."""
-    return (
+    """DELETE the model's rows whose `column` is one of `values`, returning the `returned` columns of each."""
+    return Statement(
         f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN ({placeholders(values)})"
         f" RETURNING {', '.join(quote(c) for c in returned)}",
         list(values),
+        returns=True,
     )
 
 
-def query_all(statements, using=DEFAULT):
-    """Run several (sql, params) statements that return rows, all sent before any is read: in a pipelined
-    transaction, one round trip. Their rows, statement by statement."""
+def updating(instances, *attnames, using=DEFAULT):
+    """UPDATE the given fields of the rows of these instances (of one model), each to its own values."""
     connection = connections[using]
-    cursors = []
-    try:
-        for sql, params in statements:
-            cursors.append(connection.cursor())
-            cursors[-1].execute(sql, params)
-        return [cursor.fetchall() for cursor in cursors]
-    finally:
-        for cursor in cursors:
-            cursor.close()
+    model = type(instances[0])
+    fields = [model._meta.get_field(name) for name in attnames]
+    key = model._meta.pk
+    types = [key.cast_db_type(connection)] + [f.cast_db_type(connection) for f in fields]
+    row = f"({', '.join(f'CAST(%s AS {t})' for t in types)})"
+    table = quote(model._meta.db_table)
+    assignments = ", ".join(f"{quote(f.column)} = v.column{n + 2}" for n, f in enumerate(fields))
+    return Statement(
+        f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * len(instances))}) v"
+        f" WHERE {table}.{quote(key.column)} = v.column1",
+        [
+            value
+            for instance in instances
+            for value in (instance.pk, *(f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields))
+        ],
+    )
+
+
+def run_all(statements, using=DEFAULT):
+    """Run several statements as one step; the rows of each (as dicts by column; [] for one that returns none).
+
+    PostgreSQL: one statement, each a data-modifying CTE of it, all seeing the same snapshot: none sees
+    what another writes, and no two may write the same row (callers keep their rows apart). Elsewhere:
+    one after the other, in order.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        found = []
+        with connection.cursor() as cursor:
+            for sql, params, returns in statements:
+                cursor.execute(sql, params)
+                names = [column[0] for column in cursor.description] if returns else []
+                found.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()] if returns else [])
+        return found
+    steps = ", ".join(f"s{n} AS ({statement.sql})" for n, statement in enumerate(statements))
+    returned = [n for n, statement in enumerate(statements) if statement.returns]
+    rows_of = " UNION ALL ".join(f"SELECT {n}, row_to_json(s{n})::text FROM s{n}" for n in returned) or "SELECT 0, NULL"
+    found = [[] for _ in statements]
+    for n, row in query(f"WITH {steps} {rows_of}", [v for statement in statements for v in statement.params], using):
+        if row is not None:
+            found[n].append(orjson.loads(row))
+    return found
 
 
 def tuples(width, count):
@@ -268,7 +296,7 @@ def columns(model):
 
 
 def execute(sql, params=(), using=DEFAULT):
-    """Run one hand-written statement that returns no rows (in a pipelined transaction it is only queued)."""
+    """Run one hand-written statement that returns no rows."""
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
 

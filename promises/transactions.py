@@ -1,6 +1,5 @@
 """Running one protocol operation in one transaction, retried when it loses a race or a kept connection."""
 
-import contextlib
 import contextvars
 import enum
 import logging
@@ -59,7 +58,6 @@ class Mode(enum.Enum):
     """How an operation meets PostgreSQL (SQLite runs every one in a plain transaction)."""
 
     TRANSACTION = "transaction"
-    PIPELINED = "pipelined"  # a transaction in pipeline mode: see run_atomically
     AUTOCOMMIT = "autocommit"  # no BEGIN/COMMIT: it only reads, or writes with one statement
 
 
@@ -73,13 +71,6 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION):
     In Mode.AUTOCOMMIT the operation runs without a transaction on PostgreSQL: it only reads (under READ
     COMMITTED each statement sees its own snapshot anyway) or writes with one statement, atomic by itself.
     BEGIN and COMMIT would be two round trips of three.
-
-    In Mode.PIPELINED the operation's transaction runs in psycopg's pipeline mode on PostgreSQL: a statement whose
-    result is not read (an UPDATE, an INSERT, a DELETE without RETURNING) is sent without waiting for it,
-    BEGIN goes with the first statement, and the writes after the last read go with COMMIT: a settlement
-    takes 4 round trips rather than 9. Its errors surface at the next read or at COMMIT, and are handled
-    as if they had surfaced at once (nothing is committed). For code that writes with rows.* only: the
-    ORM's save() and update() read a row count, which pipeline mode does not have yet.
     """
     attempts, reconnected = resonate_settings.DB_RETRIES, False
     postgresql = connection.vendor == "postgresql"
@@ -88,7 +79,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION):
         try:
             if mode is Mode.AUTOCOMMIT and postgresql:
                 return _collecting(operation, args)
-            with _pipeline(mode is Mode.PIPELINED and postgresql), transaction.atomic():
+            with transaction.atomic():
                 result = _collecting(operation, args)
                 committing = True
             return result
@@ -107,16 +98,6 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION):
             log.info("retrying %s after a lost race (attempt %d): %s", operation.__name__, attempt, error)
             time.sleep(random.uniform(0, 0.002 * attempt))
     raise Busy(f"{operation.__name__} lost {attempts} races in a row")
-
-
-@contextlib.contextmanager
-def _pipeline(enabled):
-    if not enabled:
-        yield
-        return
-    connection.ensure_connection()
-    with connection.connection.pipeline():
-        yield
 
 
 # What the operation under way asked to be told after its commit: {hook: [items]} (see after_commit).

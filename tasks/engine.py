@@ -63,9 +63,9 @@ def acquire(task, pid, ttl, now):
     task.write()
 
 
-def fulfil(task_ids):
+def fulfilling(task_ids):
     """The tasks of settled promises are done: no lease, no timeout, no resumes (where there is a task)."""
-    rows.execute(
+    return rows.Statement(
         f'UPDATE {rows.quote(Task._meta.db_table)} SET "state" = %s, "pid" = NULL, "ttl" = NULL, "resumes" = %s,'
         f' "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" IN ({rows.placeholders(task_ids)})',
         [TaskState.FULFILLED, "[]", *task_ids],

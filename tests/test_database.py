@@ -213,31 +213,9 @@ def test_a_production_deliverer_hands_pushes_to_celery_and_a_broker_outage_costs
     assert handed == [["e:wf"]]  # left in the outbox for Beat's pass when the broker is away
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_settlements_run_pipelined_on_postgresql(monkeypatch):
-    """Writes whose result is not read go out without a round trip each (promises/transactions.py)."""
-    from resonate_site.protocol import dispatch
-
-    seen = []
-    operation = dispatch.OPERATIONS["promise.settle"]
-
-    def settle_and_look(req, now):
-        seen.append(connection.connection.pgconn.pipeline_status)
-        return operation.handler(req, now)
-
-    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", operation._replace(handler=settle_and_look))
-    answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
-
-    reply = answer(envelope("promise.settle", {"id": "p", "state": "resolved"}))
-
-    assert reply["head"]["status"] == 200 and reply["data"]["promise"]["state"] == "resolved"
-    assert seen and seen[0] != 0  # libpq's PQpipelineStatus: 0 is off
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_write_that_fails_after_the_last_read_rolls_back_the_whole_operation(monkeypatch):
-    """Pipelined, the failure of a queued write surfaces only at COMMIT: it must still undo the settlement."""
+    """A settlement is written with one statement on PostgreSQL; a failure after it must still undo it."""
     from promises.models import Listener
     from resonate_site.protocol import dispatch
 

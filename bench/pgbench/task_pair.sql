@@ -1,37 +1,25 @@
 -- What task.create (a new promise, its task acquired by the caller) and then task.fulfill of the same id
--- send, as the server sends them: two pipelined transactions (promises/transactions.py Mode.PIPELINED).
--- Run with pgbench -M extended (pipelines need the extended protocol, which the server's pipeline uses too).
+-- send: two transactions (creation as one statement, promises.rows.insert_unless_exists; the settlement as
+-- one statement, promises.rows.run_all). (chr(58) is the colon of resonate:target, which pgbench would
+-- otherwise read as a variable.)
 \set n random(1, 1000000000000)
-\startpipeline
 BEGIN;
-SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = 'pt-' || :client_id || '-' || :n FOR UPDATE;
-\endpipeline
-\startpipeline
+SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = 'pt-' || :client_id::text || '-' || :n::text FOR UPDATE;
 WITH head AS (INSERT INTO "promises_promise" ("id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch")
-    VALUES (('pt-' || :client_id || '-' || :n)::text, 'pending'::varchar(17), '{}'::jsonb, '{}'::jsonb, '{"resonate:target": "poll://any@bench"}'::jsonb, 4102444800000::bigint, 1764590000000::bigint, NULL::bigint, true::boolean, false::boolean, NULL::text)
+    VALUES (('pt-' || :client_id::text || '-' || :n::text)::text, 'pending'::varchar(17), '{}'::jsonb, '{}'::jsonb, ('{"resonate' || chr(58) || 'target": "poll://any@bench"}')::jsonb, 4102444800000::bigint, 1764590000000::bigint, NULL::bigint, true::boolean, false::boolean, NULL::text)
     ON CONFLICT ("id") DO NOTHING RETURNING 1),
   d0 AS (INSERT INTO "tasks_task" ("id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")
-    SELECT ('pt-' || :client_id || '-' || :n)::text, 'acquired'::varchar(9), 1::bigint, 'bench'::text, 60000::bigint, '[]'::jsonb, 1::smallint, 1764590060000::bigint FROM head RETURNING 1)
+    SELECT ('pt-' || :client_id::text || '-' || :n::text)::text, 'acquired'::varchar(9), 1::bigint, 'bench'::text, 60000::bigint, '[]'::jsonb, 1::smallint, 1764590060000::bigint FROM head RETURNING 1)
 SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM head
-UNION ALL SELECT false, "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = ('pt-' || :client_id || '-' || :n);
-\endpipeline
-\startpipeline
+UNION ALL SELECT false, "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = ('pt-' || :client_id::text || '-' || :n::text);
 COMMIT;
-\endpipeline
-\startpipeline
 BEGIN;
-SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = 'pt-' || :client_id || '-' || :n FOR UPDATE;
-\endpipeline
-\startpipeline
-SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task" WHERE "id" = 'pt-' || :client_id || '-' || :n;
-\endpipeline
-\startpipeline
-DELETE FROM "promises_listener" WHERE "promise_id" IN ('pt-' || :client_id || '-' || :n) RETURNING "promise_id", "address";
-DELETE FROM "promises_callback" WHERE "awaited_id" IN ('pt-' || :client_id || '-' || :n) RETURNING "id", "awaited_id", "awaiter_id";
-\endpipeline
-\startpipeline
-UPDATE "promises_promise" SET "state" = 'resolved', "value" = '{"data": "NDI="}'::jsonb, "settled_at" = 1764590000000, "timeout_armed" = false WHERE "id" = 'pt-' || :client_id || '-' || :n;
-UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]', "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" IN ('pt-' || :client_id || '-' || :n);
-DELETE FROM "promises_callback" WHERE "awaiter_id" IN ('pt-' || :client_id || '-' || :n);
+SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = 'pt-' || :client_id::text || '-' || :n::text FOR UPDATE;
+SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task" WHERE "id" = 'pt-' || :client_id::text || '-' || :n::text;
+WITH s0 AS (UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4, "timeout_armed" = v.column5 FROM (VALUES (CAST('pt-' || :client_id::text || '-' || :n::text AS text), CAST('resolved' AS varchar(17)), CAST('{"data": "NDI="}'::jsonb AS jsonb), CAST(1764590000000 AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1),
+  s1 AS (UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]', "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text)),
+  s2 AS (DELETE FROM "promises_callback" WHERE "awaiter_id" IN ('pt-' || :client_id::text || '-' || :n::text) AND "awaited_id" NOT IN ('pt-' || :client_id::text || '-' || :n::text)),
+  s3 AS (DELETE FROM "promises_listener" WHERE "promise_id" IN ('pt-' || :client_id::text || '-' || :n::text) RETURNING "promise_id", "address"),
+  s4 AS (DELETE FROM "promises_callback" WHERE "awaited_id" IN ('pt-' || :client_id::text || '-' || :n::text) RETURNING "id", "awaited_id", "awaiter_id")
+SELECT 3, row_to_json(s3)::text FROM s3 UNION ALL SELECT 4, row_to_json(s4)::text FROM s4;
 COMMIT;
-\endpipeline

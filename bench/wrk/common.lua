@@ -25,9 +25,16 @@ end
 
 FAR = "4102444800000"
 
--- Keep the first non-200 answer of each thread, and print them at the end of the run.
+-- Count the answers that are not 200 (by head.status too: the peer answers every request with HTTP 200), keep
+-- the first of each thread, and print them at the end of the run.
+refused = 0
+
 function note_error(status, body)
-  if status ~= 200 and first_error == nil then first_error = status .. " " .. body end
+  local answered = tonumber(string.match(body, '"status":%s*(%d+)')) or status
+  if status ~= 200 or answered ~= 200 then
+    refused = refused + 1
+    if first_error == nil then first_error = status .. " " .. body end
+  end
 end
 
 function response(status, headers, body)
@@ -35,8 +42,11 @@ function response(status, headers, body)
 end
 
 function done(summary, latency, requests)
+  local total = 0
   for _, thread in ipairs(threads) do
     local error = thread:get("first_error")
     if error then print("first error: " .. error) end
+    total = total + (thread:get("refused") or 0)
   end
+  print("refused answers: " .. total)
 end

@@ -19,5 +19,5 @@ end
 
 function response(status, headers, body)
   note_error(status, body)
-  created = status == 200 and string.find(body, '"kind":"task.create"', 1, true) ~= nil
+  created = status == 200 and string.find(body, '"kind":%s*"task.create"') ~= nil
 end

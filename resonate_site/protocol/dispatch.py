@@ -14,29 +14,29 @@ class Operation(NamedTuple):
     request: type  # the serializer that decodes `data`
     handler: object  # handler(req, now) -> Reply
     # How it meets PostgreSQL (promises/transactions.py). AUTOCOMMIT: it only reads (reads project: only the
-    # timeout transitions write), or writes with one statement. PIPELINED: it writes with rows.* only.
+    # timeout transitions write), or writes with one statement.
     mode: Mode = Mode.TRANSACTION
 
 
-AUTOCOMMIT, PIPELINED = Mode.AUTOCOMMIT, Mode.PIPELINED
+AUTOCOMMIT = Mode.AUTOCOMMIT
 
 OPERATIONS = {
     "promise.get": Operation(s.ById, promises.promise_get, AUTOCOMMIT),
     "promise.create": Operation(s.PromiseCreate, promises.promise_create, AUTOCOMMIT),
-    "promise.settle": Operation(s.PromiseSettle, promises.promise_settle, PIPELINED),
-    "promise.register_callback": Operation(s.PromiseRegisterCallback, promises.promise_register_callback, PIPELINED),
-    "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener, PIPELINED),
+    "promise.settle": Operation(s.PromiseSettle, promises.promise_settle),
+    "promise.register_callback": Operation(s.PromiseRegisterCallback, promises.promise_register_callback),
+    "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
     "promise.search": Operation(s.PromiseSearch, promises.promise_search, AUTOCOMMIT),
     "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT),
-    "task.create": Operation(s.TaskCreate, tasks.task_create, PIPELINED),
-    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire, PIPELINED),
-    "task.fence": Operation(s.TaskFence, tasks.task_fence, PIPELINED),
-    "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat, PIPELINED),
-    "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend, PIPELINED),
-    "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill, PIPELINED),
-    "task.release": Operation(s.TaskRelease, tasks.task_release, PIPELINED),
-    "task.halt": Operation(s.ById, tasks.task_halt, PIPELINED),
-    "task.continue": Operation(s.ById, tasks.task_continue, PIPELINED),
+    "task.create": Operation(s.TaskCreate, tasks.task_create),
+    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
+    "task.fence": Operation(s.TaskFence, tasks.task_fence),
+    "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat),
+    "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
+    "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill),
+    "task.release": Operation(s.TaskRelease, tasks.task_release),
+    "task.halt": Operation(s.ById, tasks.task_halt),
+    "task.continue": Operation(s.ById, tasks.task_continue),
     "task.search": Operation(s.TaskSearch, tasks.task_search, AUTOCOMMIT),
     "schedule.get": Operation(s.ById, schedules.schedule_get, AUTOCOMMIT),
     "schedule.create": Operation(s.ScheduleCreate, schedules.schedule_create),
