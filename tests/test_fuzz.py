@@ -706,3 +706,35 @@ def test_mixed_sequences_of_operations_answer_protocol_statuses_and_refusals_wri
                 _, before = check_reply(protocol, dumps(request), before)
 
     run()
+
+
+# Validation runs DRF's own code on one serializer instance per shape (serializers.decode); it must answer
+# exactly what a fresh serializer's is_valid() answers, for every operation, valid or not.
+
+
+@fuzz_settings(300)
+@given(st.data())
+def test_decoding_with_a_kept_serializer_answers_as_a_fresh_one(data):
+    from rest_framework.exceptions import ValidationError
+
+    from resonate_site.protocol.serializers import decode
+
+    kind = data.draw(st.sampled_from(sorted(OPERATIONS)))
+    value = data.draw(data_for(kind))
+    request = OPERATIONS[kind].request
+
+    def fresh():
+        serializer = request(data=value)
+        if serializer.is_valid():
+            return dict(serializer.validated_data)
+        raise ValidationError(serializer.errors)
+
+    def outcome(validation):
+        try:
+            return "valid", validation()
+        except ValidationError as error:
+            return "invalid", error.detail
+        except Exception as error:  # e.g. a lone surrogate, which the JSON decoders in front never let through
+            return "raised", type(error)
+
+    assert outcome(lambda: decode(request, value)) == outcome(fresh)

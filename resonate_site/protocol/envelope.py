@@ -5,6 +5,7 @@ import time
 
 import orjson
 from django.http import HttpResponse
+from rest_framework.exceptions import ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
@@ -16,6 +17,7 @@ from resonate_site.clock import now_ms
 from resonate_site.conf import resonate_settings
 from resonate_site.metrics import request_answered
 from resonate_site.protocol.dispatch import OPERATIONS
+from resonate_site.protocol.serializers import decode
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +140,10 @@ def admit(envelope, now):
 
 
 def validate(operation, data):
-    serializer = operation.request(data=data)
-    if not serializer.is_valid():
-        raise Refusal(400, f"Invalid request: {describe(serializer.errors)}")
-    return dict(serializer.validated_data)
+    try:
+        return decode(operation.request, data)
+    except ValidationError as error:
+        raise Refusal(400, f"Invalid request: {describe(error.detail)}") from None
 
 
 def describe(errors, path=""):

