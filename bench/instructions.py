@@ -2,10 +2,14 @@
 
     .venv/bin/python bench/instructions.py [--database-url postgres://postgres@127.0.0.1:5432/resonate_bench]
 
-Each operation runs through Django's WSGI handler in this process (middleware, DRF view, envelope,
-handler, database driver) n times under `valgrind --tool=callgrind`, for two values of n; the
-difference divided by the difference in n is the cost of one request, startup cancelled out.
-The database server's own instructions are not counted. Needs valgrind (apt-get install valgrind).
+Each operation runs n times under `valgrind --tool=callgrind`, for two values of n; the difference
+divided by the difference in n is the cost of one request, startup cancelled out. By default a request
+goes through the server's own path, resonate_site.asgi's application (the body read on the event loop,
+respond() on the protocol's thread pool: validation, handler, database driver, reply); --path django
+sends it through Django's WSGI handler instead (middleware, the DRF view: the path the test client and
+WSGI servers use). Not counted: the HTTP parsing of uvicorn, the delivery of the messages a request
+writes (the deliverer thread of a server process), and the database server's own instructions.
+Needs valgrind (apt-get install valgrind).
 """
 
 import argparse
@@ -82,7 +86,33 @@ def seed(operation, n, run, app):
     return call
 
 
-def child(operation, n):
+def asgi_caller():
+    """POST / through resonate_site.asgi.application, on an event loop of this process."""
+    import asyncio
+
+    from resonate_site.asgi import application
+
+    loop = asyncio.new_event_loop()
+
+    def call(body):
+        headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
+        headers.append((b"content-length", str(len(body)).encode()))
+        scope = {"type": "http", "method": "POST", "path": "/", "headers": headers, "query_string": b""}
+        incoming, sent = [{"type": "http.request", "body": body, "more_body": False}], []
+
+        async def receive():
+            return incoming.pop() if incoming else {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        loop.run_until_complete(application(scope, receive, send))
+        return b"".join(message.get("body", b"") for message in sent if message["type"] == "http.response.body")
+
+    return call
+
+
+def child(operation, n, path):
     """Runs inside valgrind: set up, seed, then the n measured requests (only those are toggled on)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
     sys.path.insert(0, str(ROOT))
@@ -91,6 +121,8 @@ def child(operation, n):
     app = get_wsgi_application()
     run = f"{os.getpid()}-{time.time_ns()}"
     call = seed(operation, n, run, app)
+    if path == "asgi":
+        call = asgi_caller()
     for body in requests(operation, 3, f"{run}-warm"):
         call(body)  # warm caches on ids of their own
     bodies = list(requests(operation, n, run))
@@ -99,7 +131,7 @@ def child(operation, n):
         assert b'"status":200' in answer, answer
 
 
-def count(operation, n, database_url):
+def count(operation, n, database_url, path):
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
             [
@@ -111,6 +143,7 @@ def count(operation, n, database_url):
                 "--child",
                 operation,
                 str(n),
+                path,
             ],
             env={**os.environ, "DATABASE_URL": database_url, "PYTHONHASHSEED": "0"},
             check=True,
@@ -124,13 +157,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/resonate_bench")
     parser.add_argument("--only", help="comma-separated operations")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--path", choices=("asgi", "django"), default="asgi", help="the server's own, or Django's")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0], int(args.child[1]), args.child[2])
         return
     for operation in args.only.split(",") if args.only else OPERATIONS:
-        small, large = count(operation, SMALL, args.database_url), count(operation, LARGE, args.database_url)
+        small = count(operation, SMALL, args.database_url, args.path)
+        large = count(operation, LARGE, args.database_url, args.path)
         print(f"{operation:16} {(large - small) / (LARGE - SMALL) / 1e6:6.2f} M instructions per request", flush=True)
 
 

@@ -23,7 +23,7 @@ from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
-from django.db import close_old_connections  # noqa: E402
+from django.db import close_old_connections, connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from resonate_site.auth import refuse_unprotected  # noqa: E402
@@ -31,10 +31,13 @@ from resonate_site.conf import resonate_settings  # noqa: E402
 from resonate_site.serving import watch_parent  # noqa: E402
 
 STREAM_PREFIXES = ("/poll/",)
-THREADS = int(os.environ.get("RESONATE_WSGI_THREADS", "2"))
 JSON = b"application/json"
 
 django_asgi = get_asgi_application()  # sets Django up: the protocol's modules import models
+
+# Protocol threads per process. PostgreSQL: 4 (bench/README.md: ~10% more than 2 at 16 clients; more lose to the
+# GIL). SQLite: 2, as it takes one writer at a time anyway.
+THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor == "postgresql" else 2))
 
 from resonate_site.protocol.envelope import refused, respond  # noqa: E402
 
