@@ -122,8 +122,8 @@ def start_peer():
 def start_server(workers, threads):
     env = {
         **os.environ,
+        **({"RESONATE_WSGI_THREADS": str(threads)} if threads else {}),
         "DATABASE_URL": DATABASE_URL,
-        "RESONATE_WSGI_THREADS": str(threads),
         # Production mode, as README.md describes it (delivery is queued for Celery; no worker runs here).
         "RESONATE_BACKGROUND": "celery",
         "RESONATE_HUB_URL": "redis://127.0.0.1:6379/9",
@@ -237,7 +237,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--workers", type=int, default=2, help="server processes")
-    parser.add_argument("--threads", type=int, default=2, help="protocol threads per server process")
+    parser.add_argument("--threads", type=int, help="protocol threads per server process (default: the server's)")
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--no-peer", action="store_true", help="leave out resonate-pg")
     args = parser.parse_args()
@@ -298,7 +298,7 @@ def report(rows, args):
     peer = {(name.removeprefix("peer "), c): r for name, c, r in rows if name.startswith("peer ")}
     lines = [
         f"# POST / on PostgreSQL vs pgbench and resonate-pg, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores,"
-        f" {args.workers} server processes x {args.threads} threads, {args.seconds} s per point",
+        f" {args.workers} server processes x {args.threads or 'default'} threads, {args.seconds} s per point",
         "",
         "| operation | clients | server req/s | p50 ms | p99 ms | refused | pgbench req/s | server/pgbench"
         " | resonate-pg req/s | p99 ms | server/peer |",
