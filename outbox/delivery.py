@@ -58,11 +58,21 @@ def send_claimed(messages):
         deliveries_recorded(run_atomically(record, messages, outcomes, now_ms(), mode=Mode.AUTOCOMMIT))
 
 
-def claim_on_write(message, now):
+def claim_on_write(message):
     """Claim a message as it is written, for the process that writes it and sends it once it is committed:
-    the attempt counted and the lease taken as claim would, without a statement of its own."""
+    the attempt counted and the lease taken as claim would, without a statement of its own.
+
+    The lease runs on the clock every deliverer reads, from now; a transaction slow to commit eats into it,
+    so the sender checks what is left of it before sending (still_held)."""
     message.attempts += 1
-    message.next_attempt_at = now + lease_ms(message.address)
+    message.next_attempt_at = now_ms() + lease_ms(message.address)
+
+
+def still_held(message, now):
+    """Whether a message claimed on write is still safely this process's to send: at least half its lease
+    left. Otherwise it is claimed again like any announced message, so that it is not sent twice when
+    another deliverer has taken it since its lease lapsed."""
+    return message.next_attempt_at - now >= lease_ms(message.address) / 2
 
 
 def lease_ms(address):

@@ -10,7 +10,7 @@ import time
 
 from django.db import close_old_connections, connections
 
-from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed
+from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed, still_held
 from outbox.delivery import requeue as requeue_messages
 from outbox.hub import parse_poll_address
 from outbox.models import Message, Pause
@@ -143,8 +143,12 @@ class Deliverer(threading.Thread):
                 announced = announced + self.keys.get_nowait()
             except queue.Empty:
                 break
-        claimed = [m for m in announced if claimed_on_write(m)]
-        keys = [m.key if isinstance(m, Message) else m for m in announced if not claimed_on_write(m)]
+        now, claimed, keys = now_ms(), [], []
+        for message in announced:
+            if claimed_on_write(message) and still_held(message, now):
+                claimed.append(message)
+            else:
+                keys.append(message.key if isinstance(message, Message) else message)
         send_claimed(claimed)
         if not keys:
             return

@@ -11,7 +11,7 @@ def message(kind, subject, address, data, now):
     this process as it is written (outbox.delivery.claim_on_write): no claim statement after the commit."""
     built = Message.build(kind, subject, address, data, now)
     if sends_at_once(address):
-        claim_on_write(built, now)
+        claim_on_write(built)
     return built
 
 

@@ -5,6 +5,7 @@ from django.db import connection
 
 from promises import rows
 from promises.transactions import Mode
+from resonate_site.clock import now_ms
 from resonate_site.protocol.envelope import answer
 
 
@@ -176,6 +177,7 @@ def test_a_message_is_claimed_as_it_is_written_by_the_process_that_sends_it(prod
     monkeypatch.setattr(dispatch, "deliver", lambda keys, **kwargs: claimed_by_statement.append(keys) or [])
     target = {"resonate:target": "poll://any@g"}
 
+    written = now_ms()
     answer(envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": target}), now=1000)
 
     deadline = time.monotonic() + 5
@@ -183,8 +185,29 @@ def test_a_message_is_claimed_as_it_is_written_by_the_process_that_sends_it(prod
         time.sleep(0.01)
     stored = Message.objects.get(key="e:wf")
     assert [(m.key, m.attempts, m.created_at) for m in sent] == [("e:wf", 1, 1000)]
-    assert (stored.attempts, stored.next_attempt_at) == (1, 1000 + POLL_LEASE_MS)
+    assert stored.attempts == 1 and written + POLL_LEASE_MS <= stored.next_attempt_at <= now_ms() + POLL_LEASE_MS
     assert claimed_by_statement == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_whose_claim_on_write_ran_down_before_its_commit_is_claimed_again(production_deliverer, monkeypatch):
+    """A transaction slow to commit (the database stalled) eats into the lease: past half of it, another deliverer
+    may take the message any moment, so it is claimed again by statement rather than sent on a lapsing lease."""
+    import time
+
+    from outbox import delivery, dispatch
+
+    sent, claimed_by_statement = [], []
+    monkeypatch.setattr(dispatch, "send_claimed", sent.extend)
+    monkeypatch.setattr(dispatch, "deliver", lambda keys, **kwargs: claimed_by_statement.append(keys) or [])
+    monkeypatch.setattr(delivery, "now_ms", lambda: now_ms() - delivery.POLL_LEASE_MS)  # claimed 5 s "ago"
+
+    answer(envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": {"resonate:target": "poll://any@g"}}))
+
+    deadline = time.monotonic() + 5
+    while not claimed_by_statement and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent == [] and claimed_by_statement == [["e:wf"]]
 
 
 @pytest.mark.django_db(transaction=True)
