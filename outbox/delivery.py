@@ -195,7 +195,18 @@ def record(messages, outcomes, now):
         states.append(after.state)
         values += [message.key, message.attempts, message.created_at, *after, detail]
         if after.state != DeliveryState.DELIVERED:
-            log.info("%s %s to %s: %s (%s)", message.kind, message.subject, message.address, outcome.value, detail)
+            # A stream reconnecting is routine (a message waits for it): DEBUG; a message dropped or a push
+            # failing is worth an operator's eye. Every outcome is counted in /metrics either way.
+            quiet = outcome is Outcome.UNREACHED and after.state == DeliveryState.PENDING
+            log.log(
+                logging.DEBUG if quiet else logging.INFO,
+                "%s %s to %s: %s (%s)",
+                message.kind,
+                message.subject,
+                message.address,
+                outcome.value,
+                detail,
+            )
     row = "(CAST(%s AS text), CAST(%s AS integer), CAST(%s AS bigint), CAST(%s AS varchar(9)), CAST(%s AS bigint),"
     row += " CAST(%s AS bigint), CAST(%s AS bigint), CAST(%s AS text))"
     sql = (
