@@ -8,7 +8,7 @@ import queue
 import threading
 import time
 
-from django.db import close_old_connections, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed, still_held
 from outbox.delivery import requeue as requeue_messages
@@ -132,7 +132,15 @@ class Deliverer(threading.Thread):
     def paused(self):
         at, paused = self.pause_read
         if time.monotonic() - at > 0.1:
-            self.pause_read = (time.monotonic(), Pause.is_paused())
+            try:
+                paused = Pause.is_paused()
+            except (OperationalError, InterfaceError):
+                # This thread's kept connection died (the database restarted, a proxy cut it): this is the
+                # batch's first statement, so ask again on a new one rather than drop the batch, whose
+                # messages, claimed as they were written, would wait out their lease.
+                connections.close_all()
+                paused = Pause.is_paused()
+            self.pause_read = (time.monotonic(), paused)
         return self.pause_read[1]
 
     def deliver_announced(self, announced):

@@ -257,3 +257,33 @@ def test_a_write_that_fails_after_the_last_read_rolls_back_the_whole_operation(m
 
     assert reply["head"]["status"] == 503  # retried as a lost race, then refused: nothing committed
     assert answer(envelope("promise.get", {"id": "p"}))["data"]["promise"]["state"] == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deliverer_whose_kept_connection_died_sends_its_batch_on_a_new_one(production_deliverer, monkeypatch):
+    """The batch's first statement finds the connection dead: asked again on a new one, the batch goes out now
+    rather than after its lease (the fault suite's dropped connections made timers 5.9 s late before)."""
+    import time
+
+    from django.db import OperationalError
+
+    from outbox import dispatch
+    from outbox.models import Pause
+
+    sent, calls = [], []
+    monkeypatch.setattr(dispatch, "send_claimed", sent.extend)
+
+    def dead_then_fine():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("consuming input failed: server closed the connection unexpectedly")
+        return False
+
+    monkeypatch.setattr(Pause, "is_paused", dead_then_fine)
+
+    answer(envelope("promise.create", {"id": "wf", "timeoutAt": 10**13, "tags": {"resonate:target": "poll://any@g"}}))
+
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [m.key for m in sent] == ["e:wf"] and len(calls) == 2
