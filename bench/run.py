@@ -252,14 +252,7 @@ def main():
     rows = []
     server = start_server(args.workers, args.threads)
     try:
-        for name, (lua, *_) in scenarios.items():
-            for c in clients:
-                run = f"{name.split('.')[-1][:4]}{c}x{int(time.time())}"
-                if name == "promise.settle":
-                    prefill_settle(run, min(c, 2))
-                result = wrk(lua, c, args.seconds, run, one_connection_per_thread=name.startswith("task."))
-                rows.append((name, c, result))
-                print(f"server  {name:22} c={c:<3} {fmt(result)}", flush=True)
+        rows += drive("server", PORT, prefill_settle, scenarios, clients, args.seconds)
     finally:
         stop(server)
     if not args.no_peer:
@@ -268,15 +261,7 @@ def main():
         fresh_peer()
         peer = start_peer()
         try:
-            for name, (lua, *_) in scenarios.items():
-                for c in clients:
-                    run = f"p{name.split('.')[-1][:4]}{c}x{int(time.time())}"
-                    if name == "promise.settle":
-                        prefill_peer_settle(run, min(c, 2))
-                    one = name.startswith("task.")
-                    result = wrk(lua, c, args.seconds, run, one_connection_per_thread=one, port=PEER_PORT)
-                    rows.append((f"peer {name}", c, result))
-                    print(f"peer    {name:22} c={c:<3} {fmt(result)}", flush=True)
+            rows += drive("peer", PEER_PORT, prefill_peer_settle, scenarios, clients, args.seconds)
         finally:
             stop(peer)
     for name, (_, sql, per_unit) in scenarios.items():
@@ -286,6 +271,20 @@ def main():
             rows.append((f"pgbench {name}", c, result))
             print(f"pgbench {name:22} c={c:<3} {fmt(result)}", flush=True)
     report(rows, args)
+
+
+def drive(label, port, prefill, scenarios, clients, seconds):
+    """Every scenario at every client count against the server on `port`, with wrk: (name, clients, result) rows."""
+    rows = []
+    for name, (lua, *_) in scenarios.items():
+        for c in clients:
+            run = f"{label[0]}{name.split('.')[-1][:4]}{c}x{int(time.time())}"
+            if name == "promise.settle":
+                prefill(run, min(c, 2))
+            result = wrk(lua, c, seconds, run, one_connection_per_thread=name.startswith("task."), port=port)
+            rows.append((name if label == "server" else f"{label} {name}", c, result))
+            print(f"{label:7} {name:22} c={c:<3} {fmt(result)}", flush=True)
+    return rows
 
 
 def fmt(r):
