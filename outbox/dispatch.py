@@ -47,7 +47,15 @@ def sends_at_once(address):
 def requeue(identities, delay_ms=0):
     """Put messages that reached a stream but not its client back in the outbox: due at once and announced, or
     after `delay_ms` for the periodic pass (a stream that is full). Runs on a thread of an event loop's executor,
-    which the loop waits for when it closes; retried while the database is away, for about a minute."""
+    which the loop waits for when it closes; retried while the database is away, for about a minute. Rare: the
+    thread's database connection is closed afterwards, not left to an executor thread that may sit idle."""
+    try:
+        _requeue(identities, delay_ms)
+    finally:
+        connections.close_all()
+
+
+def _requeue(identities, delay_ms):
     close_old_connections()
     for attempt in range(12):
         try:
