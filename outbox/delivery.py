@@ -183,17 +183,17 @@ def push(url, body):
 
 
 def record(messages, outcomes, now):
-    """Store each outcome, unless the message was replaced (or finished by another deliverer) meanwhile.
+    """Store each outcome on its message, unless the message was replaced (or finished by another deliverer)
+    meanwhile.
 
     One statement for the whole batch, which needs no transaction; on PostgreSQL its commit does not wait
     for the disk: if the database crashes before it is flushed, the outcome is forgotten and the message
     is sent again (delivery is at least once anyway). Returns the state each attempt left its message in.
     """
-    states, values = [], []
+    states = []
     for message, (outcome, detail) in zip(messages, outcomes, strict=True):
         after = settled_as(message, outcome, now)
         states.append(after.state)
-        values += [message.key, message.attempts, message.created_at, *after, detail]
         if after.state != DeliveryState.DELIVERED:
             # A stream reconnecting is routine (a message waits for it): DEBUG; a message dropped or a push
             # failing is worth an operator's eye. Every outcome is counted in /metrics either way.
@@ -207,19 +207,19 @@ def record(messages, outcomes, now):
                 outcome.value,
                 detail,
             )
-    row = "(CAST(%s AS text), CAST(%s AS integer), CAST(%s AS bigint), CAST(%s AS varchar(9)), CAST(%s AS bigint),"
-    row += " CAST(%s AS bigint), CAST(%s AS bigint), CAST(%s AS text))"
-    sql = (
-        f'UPDATE {TABLE} SET "state" = v.column4, "next_attempt_at" = v.column5, "delivered_at" = v.column6,'
-        f' "unreached_since" = v.column7, "last_error" = v.column8 FROM (VALUES {", ".join([row] * len(messages))}) v'
-        f' WHERE {TABLE}."key" = v.column1 AND {TABLE}."attempts" = v.column2 AND {TABLE}."created_at" = v.column3'
-        f' AND {TABLE}."state" = %s'
+        message.state, message.next_attempt_at, message.delivered_at, message.unreached_since = after
+        message.last_error = detail
+    sql, params, _ = rows.updating(  # the attempt this deliverer claimed, if the message is still that one
+        messages, *Settled._fields, "last_error", by=CLAIM, only={"state": DeliveryState.PENDING}
     )
     if connection.vendor == "postgresql":
         sql = "SET LOCAL synchronous_commit TO OFF; " + sql  # one round trip: a simple query of two statements
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*values, DeliveryState.PENDING])
+        cursor.execute(sql, params)
     return states
+
+
+CLAIM = ("key", "attempts", "created_at")  # what names one attempt at one version of a message
 
 
 class Settled(NamedTuple):

@@ -223,23 +223,28 @@ def taking(model, column, values, *returned):
     )
 
 
-def updating(instances, *attnames, using=DEFAULT):
-    """UPDATE the given fields of the rows of these instances (of one model), each to its own values."""
+def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
+    """UPDATE the given fields of the rows of these instances (of one model), each to its own values.
+
+    A row is matched by its primary key, or by the fields `by` (each instance's own values of them); `only`,
+    {field name: value}, adds conditions every row must meet.
+    """
     connection = connections[using]
     model = type(instances[0])
+    matched = [model._meta.get_field(name) for name in by] if by else [model._meta.pk]
     fields = [model._meta.get_field(name) for name in attnames]
-    key = model._meta.pk
-    types = [key.cast_db_type(connection)] + [f.cast_db_type(connection) for f in fields]
-    row = f"({', '.join(f'CAST(%s AS {t})' for t in types)})"
+    conditions = [(model._meta.get_field(name), value) for name, value in (only or {}).items()]
     table = quote(model._meta.db_table)
-    assignments = ", ".join(f"{quote(f.column)} = v.column{n + 2}" for n, f in enumerate(fields))
+    row = f"({', '.join(f'CAST(%s AS {f.cast_db_type(connection)})' for f in (*matched, *fields))})"
+    assignments = ", ".join(f"{quote(f.column)} = v.column{len(matched) + n + 1}" for n, f in enumerate(fields))
+    where = [f"{table}.{quote(f.column)} = v.column{n + 1}" for n, f in enumerate(matched)]
+    where += [f"{table}.{quote(f.column)} = %s" for f, _ in conditions]
     return Statement(
         f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * len(instances))}) v"
-        f" WHERE {table}.{quote(key.column)} = v.column1",
+        f" WHERE {' AND '.join(where)}",
         [
-            value
-            for instance in instances
-            for value in (instance.pk, *(f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields))
+            *(f.get_db_prep_save(getattr(i, f.attname), connection) for i in instances for f in (*matched, *fields)),
+            *(f.get_db_prep_save(value, connection) for f, value in conditions),
         ],
     )
 
@@ -268,12 +273,6 @@ def run_all(statements, using=DEFAULT):
         if row is not None:
             found[n].append(orjson.loads(row))
     return found
-
-
-def tuples(width, count):
-    """`(%s, %s), (%s, %s), …`: the placeholders of `count` rows of `width` values (VALUES lists, row IN lists)."""
-    row = f"({', '.join(['%s'] * width)})"
-    return ", ".join([row] * count)
 
 
 def placeholders(values):
