@@ -76,8 +76,8 @@ def task_acquire(req, now):
 def task_fence(req, now):
     """T-04: run a promise.create or promise.settle only while the caller holds the task."""
     action = req["action"]
-    Promise.objects.lock_all([action["data"]["id"], req["id"]])
-    task = Task.objects.with_promise(req["id"])
+    promises = Promise.objects.lock_all([action["data"]["id"], req["id"]])
+    task = Task.objects.of(promises.get(req["id"]))
     if task is None:
         return TASK_NOT_FOUND
     refused = held(task, req, now)
@@ -95,8 +95,7 @@ def task_heartbeat(req, now):
     if not refs:
         held_by_pid = Task.objects.filter(pid=req["pid"], state=TaskState.ACQUIRED)
         refs = set(held_by_pid.values_list("promise_id", "version"))
-    Promise.objects.lock_all([task_id for task_id, _ in refs])
-    tasks = Task.objects.select_related("promise").in_bulk([task_id for task_id, _ in refs])
+    tasks = Task.objects.of_all(Promise.objects.lock_all([task_id for task_id, _ in refs]))
     for task_id, version in sorted(refs):
         task = tasks.get(task_id)
         if (
@@ -115,7 +114,7 @@ def task_suspend(req, now):
     """T-06: the task waits for the awaited promises (200), or keeps running if one has settled (300)."""
     awaited_ids = [action["data"]["awaited"] for action in req["actions"]]
     promises = Promise.objects.lock_all([*awaited_ids, req["id"]])
-    task = Task.objects.with_promise(req["id"])
+    task = Task.objects.of(promises.get(req["id"]))
     if task is None:
         return TASK_NOT_FOUND
     refused = held(task, req, now)

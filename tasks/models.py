@@ -34,6 +34,22 @@ class TaskQuerySet(models.QuerySet):
             task.promise = Promise.objects.find(task_id)
         return task
 
+    def of(self, promise):
+        """The task of a promise the caller has loaded (locked or not), with it attached; None if either is missing."""
+        if promise is None:
+            return None
+        task = rows.fetch(self.model, promise.pk)
+        if task is not None:
+            task.promise = promise
+        return task
+
+    def of_all(self, promises):
+        """{id: task} for the promises {id: promise} the caller has loaded, each with its promise attached."""
+        tasks = rows.fetch_all(self.model, list(promises))
+        for task in tasks:
+            task.promise = promises[task.pk]
+        return {task.pk: task for task in tasks}
+
     def locked(self, task_id):
         """The task with its promise, for writing: the promise row is locked, and it guards the task too.
 
