@@ -75,17 +75,49 @@ def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
     if not pks:
         return []
     connection = connections[using]
-    key = quote(model._meta.pk.column)
-    sql = (
-        f"SELECT {columns(model)} FROM {quote(model._meta.db_table)} WHERE {key} IN ({', '.join(['%s'] * len(pks))})"
-        f" ORDER BY {key} {'DESC' if descending else 'ASC'}"
-    )
-    if _locks(connection, lock):
-        sql += " FOR UPDATE"
     with connection.cursor() as cursor:
-        cursor.execute(sql, pks)
+        cursor.execute(_select_all(model, len(pks), descending, _locks(connection, lock)), pks)
         rows = cursor.fetchall()
     return [_instance(model, row, connection, using) for row in rows]
+
+
+def lock_then_fetch(model, pks, then, using=DEFAULT):
+    """Lock the rows of `model` with these keys (in descending key order), then read the rows of `then` with them.
+
+    ([locked instances], [instances of `then`]), by key. The second read starts once every lock is held, so
+    it sees what the holders of those locks committed: under READ COMMITTED a row read by the statement
+    that waited for a lock comes from that statement's older snapshot. On PostgreSQL the two statements
+    go in one query string, one round trip, each with its own snapshot.
+    """
+    pks = sorted(set(pks))
+    if not pks:
+        return [], []
+    connection = connections[using]
+    locking, reading = _select_all(model, len(pks), True, _locks(connection, True)), _select_all(then, len(pks))
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{locking}; {reading}", pks + pks)
+            locked = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(locking, pks)
+            locked = cursor.fetchall()
+            cursor.execute(reading, pks)
+        found = cursor.fetchall()
+    return (
+        [_instance(model, row, connection, using) for row in locked],
+        [_instance(then, row, connection, using) for row in found],
+    )
+
+
+@cache
+def _select_all(model, count, descending=False, lock=False):
+    key = quote(model._meta.pk.column)
+    sql = (
+        f"SELECT {columns(model)} FROM {quote(model._meta.db_table)} WHERE {key} IN ({', '.join(['%s'] * count)})"
+        f" ORDER BY {key} {'DESC' if descending else 'ASC'}"
+    )
+    return sql + " FOR UPDATE" if lock else sql
 
 
 def _into(model):

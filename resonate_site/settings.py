@@ -89,8 +89,9 @@ def database_from_url(url):
             "keepalives_count": 3,
         }.items():
             options.setdefault(name, value)
-        if os.environ.get("DATABASE_SERVER_SIDE_BINDING", "").lower() in {"1", "true"}:
-            options["server_side_binding"] = True
+        # Client-side binding (Django's default) is relied on: a few hot statements are sent as two in one
+        # query string, one round trip (rows.lock_then_fetch, the outbox's delivery record).
+        options["server_side_binding"] = False
         # No per-request health check (a round trip each): promises.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db

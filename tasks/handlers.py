@@ -76,8 +76,7 @@ def task_acquire(req, now):
 def task_fence(req, now):
     """T-04: run a promise.create or promise.settle only while the caller holds the task."""
     action = req["action"]
-    promises = Promise.objects.lock_all([action["data"]["id"], req["id"]])
-    task = Task.objects.of(promises.get(req["id"]))
+    task = Task.objects.locked_all([action["data"]["id"], req["id"]])[1].get(req["id"])
     if task is None:
         return TASK_NOT_FOUND
     refused = held(task, req, now)
@@ -95,7 +94,7 @@ def task_heartbeat(req, now):
     if not refs:
         held_by_pid = Task.objects.filter(pid=req["pid"], state=TaskState.ACQUIRED)
         refs = set(held_by_pid.values_list("promise_id", "version"))
-    tasks = Task.objects.of_all(Promise.objects.lock_all([task_id for task_id, _ in refs]))
+    _, tasks = Task.objects.locked_all([task_id for task_id, _ in refs])
     for task_id, version in sorted(refs):
         task = tasks.get(task_id)
         if (
@@ -113,8 +112,8 @@ def task_heartbeat(req, now):
 def task_suspend(req, now):
     """T-06: the task waits for the awaited promises (200), or keeps running if one has settled (300)."""
     awaited_ids = [action["data"]["awaited"] for action in req["actions"]]
-    promises = Promise.objects.lock_all([*awaited_ids, req["id"]])
-    task = Task.objects.of(promises.get(req["id"]))
+    promises, tasks = Task.objects.locked_all([*awaited_ids, req["id"]])
+    task = tasks.get(req["id"])
     if task is None:
         return TASK_NOT_FOUND
     refused = held(task, req, now)

@@ -34,35 +34,20 @@ class TaskQuerySet(models.QuerySet):
             task.promise = Promise.objects.find(task_id)
         return task
 
-    def of(self, promise):
-        """The task of a promise the caller has loaded (locked or not), with it attached; None if either is missing."""
-        if promise is None:
-            return None
-        task = rows.fetch(self.model, promise.pk)
-        if task is not None:
-            task.promise = promise
-        return task
+    def locked(self, task_id):
+        """The task with its promise, for writing: the promise row is locked, and it guards the task too."""
+        return self.locked_all([task_id])[1].get(task_id)
 
-    def of_all(self, promises):
-        """{id: task} for the promises {id: promise} the caller has loaded, each with its promise attached."""
-        tasks = rows.fetch_all(self.model, list(promises))
+    def locked_all(self, ids):
+        """Lock these promises (Promise.objects.lock_all's order), then read their tasks: ({id: promise}, {id: task}).
+
+        Each task has its promise attached. The tasks are read after the locks are held (rows.lock_then_fetch).
+        """
+        promises, tasks = rows.lock_then_fetch(Promise, ids, self.model)
+        promises = {promise.pk: promise for promise in promises}
         for task in tasks:
             task.promise = promises[task.pk]
-        return {task.pk: task for task in tasks}
-
-    def locked(self, task_id):
-        """The task with its promise, for writing: the promise row is locked, and it guards the task too.
-
-        Two statements on purpose: under READ COMMITTED a row read in the same statement as a lock that
-        had to wait comes from the statement's old snapshot; the task is read after the lock is held.
-        """
-        promise = Promise.objects.locked(task_id)
-        if promise is None:
-            return None
-        task = rows.fetch(self.model, task_id)
-        if task is not None:
-            task.promise = promise
-        return task
+        return promises, {task.pk: task for task in tasks}
 
     def with_projected_state(self, state, now):
         """Tasks whose projected state at `now` (see Task.projected) is `state`."""
