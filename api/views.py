@@ -22,8 +22,8 @@ from rest_framework.views import exception_handler
 
 from api import serializers as s
 from api.routers import ANY_ID
+from floor.transactions import Busy
 from promises.models import PromiseState
-from promises.transactions import Busy
 from resonate_site.protocol.envelope import Refusal, perform
 from tasks.models import TaskState
 

@@ -16,13 +16,13 @@ from typing import NamedTuple
 import httpx
 from django.db import connection
 
+from floor import rows
+from floor.clock import now_ms
+from floor.conf import resonate_settings
+from floor.counters import deliveries_recorded, messages_claimed
+from floor.transactions import Mode, run_atomically
 from outbox.hub import HubUnavailable, hub, parse_poll_address
 from outbox.models import DeliveryState, Message
-from promises import rows
-from promises.transactions import Mode, run_atomically
-from resonate_site.clock import now_ms
-from resonate_site.conf import resonate_settings
-from resonate_site.metrics import deliveries_recorded, messages_claimed
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ import time
 
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
+from floor.clock import now_ms
+from floor.conf import resonate_settings
+from floor.transactions import after_commit, run_atomically
 from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed, still_held
 from outbox.delivery import requeue as requeue_messages
-from outbox.hub import parse_poll_address
+from outbox.hub import parse_poll_address, takes_back
 from outbox.models import Message, Pause
-from promises.transactions import after_commit, run_atomically
-from resonate_site.clock import now_ms
-from resonate_site.conf import resonate_settings
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,9 @@ def _requeue(identities, delay_ms):
     if keys and not delay_ms:
         log.info("%d messages went back to the outbox: their stream closed before sending them", len(keys))
         notify(keys)
+
+
+takes_back(requeue)  # the hub's streams give back, through this, what they could not send
 
 
 class Deliverer(threading.Thread):

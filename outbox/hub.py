@@ -109,14 +109,25 @@ def requeue(identities, delay_ms=0):
     executor (database I/O); the loop waits for it when it closes. Returns the executor's future, or None."""
     identities = [tuple(identity) for identity in identities if identity is not None]
     if identities:
-        from outbox import dispatch
-
-        return asyncio.get_running_loop().run_in_executor(None, dispatch.requeue, identities, delay_ms)
+        return asyncio.get_running_loop().run_in_executor(None, _takes_back, identities, delay_ms)
     return None
 
 
+def _takes_back(identities, delay_ms):
+    raise RuntimeError("nothing takes messages back to the outbox: outbox.dispatch registers it (takes_back)")
+
+
+def takes_back(function):
+    """Register function(identities, delay_ms), which puts messages back in the outbox: outbox.dispatch.requeue.
+
+    The hub sits below the outbox's dispatch (which publishes through it), so it is told rather than importing it.
+    """
+    global _takes_back
+    _takes_back = function
+
+
 def _poll_retry_ms():
-    from resonate_site.conf import resonate_settings
+    from floor.conf import resonate_settings
 
     return resonate_settings.POLL_RETRY_MS
 
@@ -450,7 +461,7 @@ def hub():
     """This process's hub: in memory, or Redis when RESONATE_HUB_URL is set."""
     global _hub
     if _hub is None:
-        from resonate_site.conf import resonate_settings
+        from floor.conf import resonate_settings
 
         url = resonate_settings.HUB_URL
         _hub = RedisHub(url) if url else MemoryHub()

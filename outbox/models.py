@@ -3,8 +3,8 @@
 from django.db import models
 from django.db.models import Q
 
-from promises import rows
-from promises.protocol import IdField
+from floor import rows
+from floor.protocol import IdField
 
 
 class MessageKind(models.TextChoices):

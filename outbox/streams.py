@@ -5,9 +5,9 @@ import asyncio
 from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
+from floor.conf import resonate_settings
 from outbox.hub import HubUnavailable, hub, requeue
 from resonate_site.auth import Denied, authenticate_stream
-from resonate_site.conf import resonate_settings
 
 KEEPALIVE = ":\n\n"
 

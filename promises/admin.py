@@ -11,10 +11,10 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from floor.clock import now_ms
+from floor.protocol import TARGET, tagged
 from promises.models import Callback, Listener, Promise, PromiseState
-from promises.protocol import TARGET, tagged
 from resonate_site.admin_tools import CappedPaginator, Operable, date, decoded, encoded, perform_each, pretty
-from resonate_site.clock import now_ms
 
 
 class ProjectedStateFilter(admin.SimpleListFilter):

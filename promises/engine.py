@@ -2,9 +2,9 @@
 
 from typing import NamedTuple
 
+from floor import rows
 from outbox.dispatch import announce
 from outbox.messages import set_unblocks
-from promises import rows
 from promises.models import Callback, Promise, is_external, registrations, taking_registrations, timeout_state
 from tasks.engine import enqueue_resume, fulfilling, new_task
 

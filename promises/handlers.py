@@ -1,8 +1,8 @@
 """promise.* handlers (spec P-01 … P-06): each takes the decoded request and `now`, and returns a Reply."""
 
+from floor.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
 from promises.engine import create, settle
 from promises.models import Callback, Listener, Promise, PromiseState
-from promises.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
 
 
 def promise_get(req, now):

@@ -5,8 +5,8 @@ import copy
 from django.db import models
 from django.db.models import Q
 
-from promises import rows
-from promises.protocol import BRANCH, EXTERNAL, TARGET, TIMER, IdField
+from floor import rows
+from floor.protocol import BRANCH, EXTERNAL, TARGET, TIMER, IdField
 
 
 class PromiseState(models.TextChoices):

@@ -12,7 +12,7 @@ from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from promises.transactions import Busy
+from floor.transactions import Busy
 from resonate_site.protocol.envelope import Refusal, perform
 
 COUNT_CAP = 10_000  # lists count at most this many rows, then say "10000+": no full COUNT(*) over millions

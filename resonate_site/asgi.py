@@ -26,8 +26,8 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.db import close_old_connections, connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
+from floor.conf import resonate_settings  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
-from resonate_site.conf import resonate_settings  # noqa: E402
 from resonate_site.serving import watch_parent  # noqa: E402
 
 STREAM_PREFIXES = ("/poll/",)

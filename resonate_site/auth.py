@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 
-from resonate_site.conf import resonate_settings
+from floor.conf import resonate_settings
 
 UNAUTHORIZED, FORBIDDEN = (401, "Unauthorized"), (403, "Forbidden")
 LEEWAY_S = 60  # clock skew tolerated between the token issuer and this server (exp, iat, nbf)

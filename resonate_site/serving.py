@@ -14,7 +14,7 @@ import time
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from resonate_site.conf import resonate_settings
+from floor.conf import resonate_settings
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from resonate_site.conf import beat_seconds, from_environment
+from floor.conf import beat_seconds, from_environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,7 @@ def database_from_url(url):
         # Client-side binding (Django's default) is relied on: a few hot statements are sent as two in one
         # query string, one round trip (rows.lock_then_fetch, the outbox's delivery record).
         options["server_side_binding"] = False
-        # No per-request health check (a round trip each): promises.transactions reconnects and
+        # No per-request health check (a round trip each): floor.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 from croniter import croniter
 
-from promises.protocol import I64_MAX
+from floor.protocol import I64_MAX
 
 NEVER = I64_MAX  # not a whole second, so no cron occurrence can equal it
 SHORTHANDS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}

@@ -1,6 +1,6 @@
 """schedule.* handlers (spec S-01 … S-04): each takes the decoded request and `now`, and returns a Reply."""
 
-from promises.protocol import SCHEDULE_NOT_FOUND, ok, page, searched, tagged
+from floor.protocol import SCHEDULE_NOT_FOUND, ok, page, searched, tagged
 from schedules.cron import next_cron
 from schedules.models import Schedule
 

@@ -2,7 +2,7 @@
 
 from django.db import models
 
-from promises.protocol import IdField
+from floor.protocol import IdField
 
 
 class ScheduleQuerySet(models.QuerySet):

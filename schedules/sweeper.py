@@ -5,11 +5,11 @@ import time
 
 from django.db import close_old_connections
 
+from floor import rows
+from floor.clock import now_ms
+from floor.conf import resonate_settings
 from outbox.models import Pause
-from promises import rows
 from promises.models import Promise
-from resonate_site.clock import now_ms
-from resonate_site.conf import resonate_settings
 from schedules.models import Schedule
 from schedules.timeouts import sweep
 from tasks.models import Task

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from resonate_site.conf import beat_seconds, resonate_settings
+from floor.conf import beat_seconds, resonate_settings
 from schedules.sweeper import keep_sweeping
 
 

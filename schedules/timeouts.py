@@ -4,12 +4,12 @@ import time
 
 from django.db import connection
 
-from promises import rows
+from floor import rows
+from floor.counters import schedule_promises_fired
+from floor.protocol import later
+from floor.transactions import run_atomically
 from promises.engine import create, on_promise_timeout
 from promises.models import Promise
-from promises.protocol import later
-from promises.transactions import run_atomically
-from resonate_site.metrics import schedule_promises_fired
 from schedules.cron import NEVER, expand, next_cron
 from schedules.models import Schedule
 from tasks.engine import on_task_lease_timeout, on_task_retry_timeout

@@ -5,8 +5,8 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html
 
+from floor.clock import now_ms
 from resonate_site.admin_tools import CappedPaginator, Operable, date, perform_each
-from resonate_site.clock import now_ms
 from tasks.models import Task, TaskState, TimeoutKind
 
 

@@ -2,11 +2,11 @@
 
 from functools import cache
 
+from floor import rows
+from floor.conf import resonate_settings
+from floor.protocol import DELAY, later
 from outbox.messages import execute, set_execute, set_executes
-from promises import rows
 from promises.models import Promise
-from promises.protocol import DELAY, later
-from resonate_site.conf import resonate_settings
 from tasks.models import Task, TaskState, TimeoutKind
 
 

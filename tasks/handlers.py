@@ -1,9 +1,9 @@
 """task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
 
+from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
 from promises.models import Callback, Promise
-from promises.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
 from tasks.engine import acquire, preload, return_to_pending
 from tasks.models import Task, TaskState, TimeoutKind
 

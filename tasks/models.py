@@ -5,7 +5,7 @@ import copy
 from django.db import models
 from django.db.models import Q
 
-from promises import rows
+from floor import rows
 from promises.models import Promise, PromiseState
 
 

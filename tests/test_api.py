@@ -15,7 +15,7 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from promises.transactions import Busy
+from floor.transactions import Busy
 from tests.conftest import TARGET, assert_no_nulls, create
 
 FAR = 4_102_444_800_000  # 2100-01-01

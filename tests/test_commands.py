@@ -13,9 +13,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from floor.clock import now_ms
 from outbox.models import DeliveryState, Message, Pause
 from promises.models import Callback, Listener, Promise
-from resonate_site.clock import now_ms
 from resonate_site.management.cli import duration, moment
 from resonate_site.protocol.debug import debug_snap
 from resonate_site.protocol.envelope import perform

@@ -3,9 +3,9 @@
 import pytest
 from django.db import connection
 
-from promises import rows
-from promises.transactions import Mode
-from resonate_site.clock import now_ms
+from floor import rows
+from floor.clock import now_ms
+from floor.transactions import Mode
 from resonate_site.protocol.envelope import answer
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from floor.conf import resonate_settings
 from outbox.delivery import Outcome, settled_as
 from outbox.models import DeliveryState, Message
-from resonate_site.conf import resonate_settings
 
 
 def message(attempts, created_at=0, unreached_since=None):

@@ -173,7 +173,7 @@ COUNTING = """
 import sys
 import django
 django.setup()
-from resonate_site import metrics
+from floor import counters as metrics
 for n in range(int(sys.argv[1])):
     metrics.request_answered({"kind": "promise.get", "head": {"corrId": str(n), "status": 200}}, 0.001, {"promise.get"})
 metrics.SCHEDULE_PROMISES.inc(int(sys.argv[1]))
@@ -233,7 +233,7 @@ LOGGING = """
 import logging
 import django
 django.setup()
-from resonate_site.metrics import request_answered
+from floor.counters import request_answered
 request_answered({"kind": "promise.get", "head": {"corrId": "c7", "status": 200}}, 0.0021, {"promise.get"})
 request_answered({"kind": "task.acquire", "head": {"corrId": "c8", "status": 503}}, 0.5, {"task.acquire"})
 logging.getLogger("elsewhere").info("a line with %s", "a quote \\" in it")

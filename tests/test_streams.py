@@ -6,10 +6,10 @@ import time
 
 import pytest
 
+from floor.conf import resonate_settings
 from outbox.hub import hub
 from outbox.models import DeliveryState, Message, MessageKind
 from outbox.streams import events
-from resonate_site.conf import resonate_settings
 
 ADDRESS = "poll://uni@drain/w1"
 

@@ -1,4 +1,4 @@
--- What a promise.create with a target sends (promises.rows.insert_unless_exists): one statement, in
+-- What a promise.create with a target sends (floor.rows.insert_unless_exists): one statement, in
 -- autocommit, that inserts the promise, its task and its execute message unless the id exists (then it
 -- returns that promise). Values as the server sends them (client-side binding, literals with casts).
 \set n random(1, 1000000000000)

@@ -1,5 +1,5 @@
 -- What a promise.settle sends (promises.handlers.promise_settle, promises.engine.settle_all): the promise
--- locked and read, then the settlement as one statement (promises.rows.run_all: the settlement written, its
+-- locked and read, then the settlement as one statement (floor.rows.run_all: the settlement written, its
 -- task fulfilled, the scrub, its listeners and callbacks taken), in a transaction.
 \set n random(1, :prefill)
 BEGIN;

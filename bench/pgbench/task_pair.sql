@@ -1,6 +1,6 @@
 -- What task.create (a new promise, its task acquired by the caller) and then task.fulfill of the same id
--- send: two transactions (creation as one statement, promises.rows.insert_unless_exists; the settlement as
--- one statement, promises.rows.run_all). (chr(58) is the colon of resonate:target, which pgbench would
+-- send: two transactions (creation as one statement, floor.rows.insert_unless_exists; the settlement as
+-- one statement, floor.rows.run_all). (chr(58) is the colon of resonate:target, which pgbench would
 -- otherwise read as a variable.)
 \set n random(1, 1000000000000)
 BEGIN;

@@ -13,8 +13,8 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from promises.transactions import Busy
-from resonate_site.clock import now_ms
+from floor.clock import now_ms
+from floor.transactions import Busy
 from resonate_site.protocol.envelope import Refusal, perform
 
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}

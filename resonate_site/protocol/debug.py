@@ -1,8 +1,8 @@
 """debug.* operations (PROTOCOL.md §7), for test harnesses; enabled only by RESONATE DEBUG."""
 
+from floor.protocol import Reply, ok
 from outbox.models import Message, MessageKind, Pause
 from promises.models import Callback, Listener, Promise
-from promises.protocol import Reply, ok
 from schedules.models import Schedule
 from schedules.timeouts import sweep
 from tasks.models import Task

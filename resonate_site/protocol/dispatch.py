@@ -2,8 +2,8 @@
 
 from typing import NamedTuple
 
+from floor.transactions import Mode
 from promises import handlers as promises
-from promises.transactions import Mode
 from resonate_site.protocol import debug
 from resonate_site.protocol import serializers as s
 from schedules import handlers as schedules
@@ -13,7 +13,7 @@ from tasks import handlers as tasks
 class Operation(NamedTuple):
     request: type  # the serializer that decodes `data`
     handler: object  # handler(req, now) -> Reply
-    # How it meets PostgreSQL (promises/transactions.py). AUTOCOMMIT: it only reads (reads project: only the
+    # How it meets PostgreSQL (floor/transactions.py). AUTOCOMMIT: it only reads (reads project: only the
     # timeout transitions write), or writes with one statement.
     mode: Mode = Mode.TRANSACTION
 

@@ -10,12 +10,12 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from promises.protocol import I64_MAX, PROTOCOL_VERSION
-from promises.transactions import Busy, run_atomically
+from floor.clock import now_ms
+from floor.conf import resonate_settings
+from floor.counters import request_answered
+from floor.protocol import I64_MAX, PROTOCOL_VERSION
+from floor.transactions import Busy, run_atomically
 from resonate_site.auth import Denied, authorize
-from resonate_site.clock import now_ms
-from resonate_site.conf import resonate_settings
-from resonate_site.metrics import request_answered
 from resonate_site.protocol.dispatch import OPERATIONS
 from resonate_site.protocol.serializers import decode
 

@@ -4,7 +4,7 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
-from promises.protocol import BRANCH, DELAY, I64_MAX, TARGET
+from floor.protocol import BRANCH, DELAY, I64_MAX, TARGET
 
 MAX_ID_BYTES = 1024  # ids and addresses are index keys; PostgreSQL caps a btree entry near 2.7 kB
 

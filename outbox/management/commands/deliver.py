@@ -5,9 +5,9 @@ import time
 
 from django.db import close_old_connections
 
+from floor.conf import resonate_settings
 from outbox.delivery import Transport, deliver_due
 from outbox.models import Pause
-from resonate_site.conf import resonate_settings
 from resonate_site.management.cli import ResonateCommand, duration, plural, stopped_by_signals
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,8 @@
 
 from argparse import ArgumentTypeError
 
-from promises.protocol import DELAY, TARGET, later
-from resonate_site.clock import now_ms
+from floor.clock import now_ms
+from floor.protocol import DELAY, TARGET, later
 from resonate_site.management.cli import (
     ResonateCommand,
     call,

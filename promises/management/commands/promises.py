@@ -1,8 +1,8 @@
 """manage.py promises get|create|resolve|reject|cancel|search: the promise.* operations from a shell."""
 
+from floor.clock import now_ms
+from floor.protocol import later
 from promises.models import PromiseState
-from promises.protocol import later
-from resonate_site.clock import now_ms
 from resonate_site.management.cli import (
     ResonateCommand,
     call,

@@ -10,9 +10,9 @@ from collections import Counter
 
 from django.core.management.base import CommandError
 
+from floor.transactions import Busy, run_atomically
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise, PromiseState
-from promises.transactions import Busy, run_atomically
 from resonate_site.management.cli import ResonateCommand, iso, moment, plural, positive
 from tasks.models import Task
 

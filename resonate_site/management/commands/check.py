@@ -13,9 +13,9 @@ from django.core.management.commands import check
 from django.db import DatabaseError, connection
 from django.db.models import Exists, OuterRef, Subquery
 
+from floor.protocol import BRANCH, TARGET
 from outbox.models import DeliveryState, Message, MessageKind, message_key
 from promises.models import Callback, Listener, Promise, PromiseState, is_external, is_timer
-from promises.protocol import BRANCH, TARGET
 from resonate_site.management.cli import ResonateCommand, positive
 from schedules.cron import cron_error
 from schedules.models import Schedule

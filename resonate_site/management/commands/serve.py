@@ -11,10 +11,11 @@ import uvicorn
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from floor.conf import resonate_settings
+from floor.counters import multiprocess_dir
 from outbox.dispatch import Deliverer
 from resonate_site.auth import refuse_unprotected
-from resonate_site.conf import resonate_settings
-from resonate_site.metrics import clear_if_unused, multiprocess_dir
+from resonate_site.metrics import clear_if_unused
 from resonate_site.serving import PARENT
 from schedules.sweeper import keep_sweeping
 

@@ -1,8 +1,8 @@
 """manage.py sweep: fire every due timeout transition once, or keep sweeping like the embedded sweeper."""
 
+from floor.clock import now_ms
+from floor.conf import resonate_settings
 from outbox.models import Pause
-from resonate_site.clock import now_ms
-from resonate_site.conf import resonate_settings
 from resonate_site.management.cli import ResonateCommand, duration, plural, stopped_by_signals
 from schedules.sweeper import keep_sweeping
 from schedules.timeouts import sweep

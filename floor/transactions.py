@@ -8,7 +8,7 @@ import time
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 
-from resonate_site.conf import resonate_settings
+from floor.conf import resonate_settings
 
 log = logging.getLogger(__name__)
 
