@@ -12,6 +12,7 @@ import orjson
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from floor.clock import now_ms
 from outbox.models import DeliveryState, Message, Pause
@@ -452,11 +453,10 @@ def busy_database():
     perform("schedule.create", schedule, LONG_AGO)
 
 
-def test_check_passes_on_a_clean_database():
+def test_invariants_hold_on_a_clean_database():
     busy_database()
-    out, _ = run("check")
-    assert "System check identified no issues" in out
-    assert "Invariants hold over 13 rows." in out
+    out, _ = run("invariants")
+    assert out == "Invariants hold over 13 rows.\n"
 
 
 def callback_on_a_settled_promise():
@@ -478,32 +478,32 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("violation", DAMAGE)
-def test_check_reports_an_injected_violation_and_fails(violation):
+def test_invariants_report_an_injected_violation_and_fail(violation):
     busy_database()
     DAMAGE[violation]()
     out = StringIO()
     with pytest.raises(CommandError, match=r"violate \d+ invariant"):
-        call_command("check", stdout=out, stderr=StringIO())
+        call_command("invariants", stdout=out, stderr=StringIO())
     assert f"  {violation}\n" in out.getvalue()
 
 
-def test_check_reports_a_task_without_its_promise():
+def test_invariants_report_a_task_without_its_promise():
     Task.objects.create(promise_id="ghost")  # the foreign key is checked at commit, and tests never commit
     out = StringIO()
     try:
         with pytest.raises(CommandError):
-            call_command("check", stdout=out, stderr=StringIO())
+            call_command("invariants", stdout=out, stderr=StringIO())
     finally:
         Task.objects.filter(pk="ghost").delete()
     assert "tasks: it has its promise; violated by 1 (listed):\n  task ghost\n" in out.getvalue()
 
 
-def test_check_reports_violations_as_json():
+def test_invariants_report_violations_as_json():
     busy_database()
     Task.objects.filter(pk="wf").update(pid="w")
     out = StringIO()
     with pytest.raises(CommandError):
-        call_command("check", "--json", stdout=out, stderr=StringIO())
+        call_command("invariants", "--json", stdout=out, stderr=StringIO())
     assert orjson.loads(out.getvalue()) == {
         "checked": 13,
         "violations": [
@@ -517,15 +517,17 @@ def test_check_reports_violations_as_json():
     }
 
 
-def test_check_without_invariants_runs_only_the_system_checks():
+def test_djangos_check_reads_no_rows():
+    """Deploy tooling runs `check` on every start: it must not scan a large database."""
     busy_database()
     Task.objects.filter(pk="wf").update(version=-1)
-    out, _ = run("check", "--no-invariants")
+    with CaptureQueriesContext(connection) as queries:
+        out, _ = run("check")
     assert out == "System check identified no issues (0 silenced).\n"
+    assert not [query for query in queries if "tasks_task" in query["sql"]]
 
 
-def test_check_skips_the_invariants_on_an_unmigrated_database(monkeypatch):
+def test_invariants_refuse_an_unmigrated_database(monkeypatch):
     monkeypatch.setattr(connection.introspection, "table_names", lambda *args, **kwargs: [])
-    out, err = run("check")
-    assert "Invariants not checked: the database is not migrated" in err
-    assert "Invariants hold" not in out
+    with pytest.raises(CommandError, match="not migrated"):
+        call_command("invariants", stdout=StringIO(), stderr=StringIO())

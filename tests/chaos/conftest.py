@@ -126,8 +126,8 @@ class Deployment:
         return set(self.states().values()) == {"RUNNING"}
 
     def check(self):
-        """manage.py check: Django's checks and the protocol's invariants over every row."""
-        return self.manage("check")
+        """manage.py invariants: the protocol's invariants over every row."""
+        return self.manage("invariants")
 
     def stop(self):
         if self.supervisord is not None and self.supervisord.poll() is None:

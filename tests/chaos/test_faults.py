@@ -2,7 +2,7 @@
 part serving again within 10 s of the fault's end.
 
 Each test runs its own load (plain and sleeping workflows, timers with a listener) on the shared deployment, injects
-one fault, then checks the ledger and the protocol's invariants (`manage.py check`). The figures go to the table
+one fault, then checks the ledger and the protocol's invariants (`manage.py invariants`). The figures go to the table
 printed at the end of the run (and var/chaos.jsonl); README.md shows one such table.
 """
 
@@ -193,7 +193,7 @@ def test_production_mode_rides_out_the_fault_and_loses_nothing(deployment, fault
 
 
 def test_after_every_fault_the_state_keeps_the_protocols_invariants(deployment):
-    """manage.py check over every row (at most one timeout per task, no callbacks on settled promises, …)."""
+    """manage.py invariants over every row (at most one timeout per task, no callbacks on settled promises, …)."""
     checked = deployment.check()  # raises CalledProcessError on a violation
     assert "Invariants hold over" in checked.stdout
 

@@ -1,4 +1,6 @@
-"""manage.py check: Django's system checks, then the invariants of the stored protocol state, row by row.
+"""manage.py invariants: the invariants of the stored protocol state, row by row (Django's `check` is left alone).
+
+It reads every row, so it is run on purpose (after an incident, by the fault suite), not on every deploy.
 
 Each invariant is one sentence and one predicate over a row (with the states of the rows it refers to),
 listed per table below. A row on which a predicate fails, or cannot even be evaluated (malformed
@@ -9,7 +11,6 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from django.core.management.base import CommandError
-from django.core.management.commands import check
 from django.db import DatabaseError, connection
 from django.db.models import Exists, OuterRef, Subquery
 
@@ -241,33 +242,20 @@ def migrated():
     return all(table.rows.model._meta.db_table in tables for table in TABLES)
 
 
-class Command(ResonateCommand, check.Command):
-    help = "Check the project (Django's system checks), then the invariants of the protocol state in the database."
+class Command(ResonateCommand):
+    help = "Check the invariants of the protocol state in the database, row by row; fails if any row violates one."
 
     def add_arguments(self, parser):
-        super().add_arguments(parser)
-        parser.add_argument("--no-invariants", action="store_true", help="run only Django's system checks")
         parser.add_argument("--batch", type=positive, default=5000, help="rows read per query (default 5000)")
         self.add_output_arguments(parser, progress=True)
 
-    def handle(self, *app_labels, **options):
-        stdout = self.stdout
-        if options["json"]:
-            self.stdout = self.stderr  # the system checks' summary: stdout is for the JSON alone
-        try:
-            super().handle(*app_labels, **options)
-        finally:
-            self.stdout = stdout
-        if options["list_tags"] or options["no_invariants"]:
-            return
+    def handle(self, **options):
         try:
             ready = migrated()
         except DatabaseError as error:
-            self.notice(f"Invariants not checked: the database cannot be reached ({error}).")
-            return
+            raise CommandError(f"The database cannot be reached: {error}") from error
         if not ready:
-            self.notice("Invariants not checked: the database is not migrated (manage.py migrate).")
-            return
+            raise CommandError("The database is not migrated (manage.py migrate).")
         self.check_invariants(options)
 
     def check_invariants(self, options):
