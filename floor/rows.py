@@ -6,6 +6,7 @@ columns from the model's metadata, cache the SQL text, and return ordinary model
 callers keep working with models. Values go through each field's own get_db_prep_save.
 """
 
+import weakref
 from functools import cache
 from typing import NamedTuple
 
@@ -36,12 +37,18 @@ def _locks(connection, lock):
     return lock and connection.features.has_select_for_update
 
 
+_converter_cache = weakref.WeakKeyDictionary()  # {connection: {model: converters}}; gone with its connection
+
+
 def _converters(model, connection):
     """Per column, the functions the ORM applies to a raw database value (JSON text → objects, …).
 
-    Kept on the connection object: connections belong to one thread, and so do their converters.
+    Kept per connection object: connections belong to one thread, and so do their converters (some are
+    bound to the connection's own operations object).
     """
-    cache = connection.__dict__.setdefault("_row_converters", {})
+    cache = _converter_cache.get(connection)
+    if cache is None:
+        cache = _converter_cache[connection] = {}
     if model not in cache:
         cache[model] = []
         for field in model._meta.concrete_fields:
