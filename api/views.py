@@ -22,19 +22,13 @@ from rest_framework.views import exception_handler
 
 from api import serializers as s
 from api.routers import ANY_ID
-from floor.transactions import Busy
 from promises.models import PromiseState
-from resonate_site.protocol.envelope import Refusal, perform
+from resonate_site.protocol.envelope import answered
 from tasks.models import TaskState
 
 
 def reply(kind, data):
-    try:
-        status, data = perform(kind, data)
-    except Refusal as refusal:
-        status, data = refusal.status, refusal.message
-    except Busy:
-        status, data = 503, "Server busy, please retry"
+    status, data = answered(kind, data)
     return Response({"error": data} if status >= 400 else data, status=status)
 
 

@@ -2,6 +2,9 @@
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _lock = threading.Lock()
 _last = 0
@@ -12,3 +15,11 @@ def now_ms():
     with _lock:
         _last = max(_last, time.time_ns() // 1_000_000)
         return _last
+
+
+def utc_datetime(ms):
+    """A millisecond timestamp as an aware datetime in UTC; None when it is beyond what a datetime holds."""
+    try:
+        return EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return None

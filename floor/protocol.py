@@ -1,6 +1,7 @@
 """Vocabulary shared by every handler: replies, reserved tags, time arithmetic and the id column."""
 
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from django.db import connections, models
 from django.db.models.expressions import RawSQL
@@ -78,3 +79,27 @@ def searched(key, records, cursor):
     if cursor is not None:
         data["cursor"] = cursor
     return Reply(200, data)
+
+
+CASTS = ("uni", "any")  # poll://uni@group/id reaches that listener; poll://any@group[/id] any member of the group
+
+
+def poll_parts(address):
+    """(cast, group, id or None) of a poll:// address as written, unchecked (cast "" without an "@"); None when
+    it is not a URL or its scheme is not poll."""
+    try:
+        url = urlsplit(address)
+    except ValueError:
+        return None
+    if url.scheme != "poll":
+        return None
+    cast, at, group = url.netloc.partition("@")
+    return (cast if at else ""), group, url.path.lstrip("/") or None
+
+
+def parse_poll_address(address):
+    """poll://uni|any@group[/id] → (cast, group, id or None); None if it is not a poll address."""
+    parts = poll_parts(address)
+    if parts is None or parts[0] not in CASTS or not parts[1]:
+        return None
+    return parts

@@ -20,8 +20,9 @@ from floor import rows
 from floor.clock import now_ms
 from floor.conf import resonate_settings
 from floor.counters import deliveries_recorded, messages_claimed
+from floor.protocol import parse_poll_address
 from floor.transactions import Mode, run_atomically
-from outbox.hub import HubUnavailable, hub, parse_poll_address
+from outbox.hub import HubUnavailable, hub
 from outbox.models import DeliveryState, Message
 
 log = logging.getLogger(__name__)

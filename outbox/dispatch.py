@@ -12,10 +12,11 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 from floor.clock import now_ms
 from floor.conf import resonate_settings
+from floor.protocol import parse_poll_address
 from floor.transactions import after_commit, run_atomically
 from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed, still_held
 from outbox.delivery import requeue as requeue_messages
-from outbox.hub import parse_poll_address, takes_back
+from outbox.hub import takes_back
 from outbox.models import Message, Pause
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+
+from floor.protocol import parse_poll_address
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +34,6 @@ _order = itertools.count()
 
 class HubUnavailable(Exception):
     """The hub cannot take streams or messages right now (Redis out of reach)."""
-
-
-def parse_poll_address(address):
-    """poll://uni|any@group[/id] → (cast, group, id or None); None if it is not a poll address."""
-    url = urlsplit(address)
-    cast, _, group = url.netloc.partition("@")
-    if url.scheme != "poll" or cast not in ("uni", "any") or not group:
-        return None
-    return cast, group, url.path.lstrip("/") or None
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,14 @@ import base64
 import binascii
 import contextlib
 import json
-from datetime import UTC, datetime
 
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from floor.transactions import Busy
-from resonate_site.protocol.envelope import Refusal, perform
+from floor.clock import utc_datetime
+from resonate_site.protocol.envelope import answered
 
 COUNT_CAP = 10_000  # lists count at most this many rows, then say "10000+": no full COUNT(*) over millions
 
@@ -39,10 +38,8 @@ def date(ms):
     """A millisecond timestamp as an ISO date in UTC ("—" for none)."""
     if ms is None:
         return "—"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
+    at = utc_datetime(ms)
+    return f"{ms} ms" if at is None else at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def decoded(value):
@@ -73,16 +70,6 @@ def refuse(constant):
     raise ValueError(f"{constant} is not JSON that the SDKs read")
 
 
-def outcome(kind, data):
-    """perform() for the console: (status, reply data or message), a refusal or a busy database included."""
-    try:
-        return perform(kind, data)
-    except Refusal as refusal:
-        return refusal.status, refusal.message
-    except Busy:
-        return 503, "server busy, try again"
-
-
 def perform_each(request, kind, requests, done, unchanged=lambda data, answer: None):
     """Run one protocol operation per request, each in its own transaction; report every outcome.
 
@@ -91,7 +78,7 @@ def perform_each(request, kind, requests, done, unchanged=lambda data, answer: N
     """
     succeeded = 0
     for data in requests:
-        status, answer = outcome(kind, data)
+        status, answer = answered(kind, data)
         problem = f"{status} {answer}" if status != 200 else unchanged(data, answer)
         if problem:
             messages.error(request, f"{kind} {data.get('id')}: {problem}")

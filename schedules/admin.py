@@ -6,7 +6,8 @@ from django import forms
 from django.contrib import admin
 
 from floor.clock import now_ms
-from resonate_site.admin_tools import CappedPaginator, date, decoded, outcome, perform_each, pretty
+from resonate_site.admin_tools import CappedPaginator, date, decoded, perform_each, pretty
+from resonate_site.protocol.envelope import answered
 from schedules.cron import NEVER, cron_error, next_cron
 from schedules.models import Schedule
 
@@ -73,7 +74,7 @@ class ScheduleForm(forms.ModelForm):
         if not self.errors:
             if Schedule.objects.filter(pk=cleaned.get("id")).exists():
                 raise forms.ValidationError("A schedule with this id exists; delete it first to replace it.")
-            status, answer = outcome("schedule.create", self.request())
+            status, answer = answered("schedule.create", self.request())
             if status != 200:
                 raise forms.ValidationError(f"schedule.create answered {status}: {answer}")
         return cleaned

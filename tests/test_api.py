@@ -204,10 +204,10 @@ def test_a_body_that_is_not_json_at_all_gets_415(api):
 
 
 def test_a_busy_database_answers_503(api, monkeypatch):
-    def busy(kind, data):
+    def busy(kind, data, now=None):
         raise Busy("lost 10 races")
 
-    monkeypatch.setattr("api.views.perform", busy)
+    monkeypatch.setattr("resonate_site.protocol.envelope.perform", busy)
     assert api.get("promises/p") == (503, {"error": "Server busy, please retry"})
 
 

@@ -13,13 +13,11 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from floor.clock import now_ms
-from floor.transactions import Busy
-from resonate_site.protocol.envelope import Refusal, perform
+from floor.clock import EPOCH, now_ms, utc_datetime
+from resonate_site.protocol.envelope import answered
 
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # Argument types (argparse `type=`): each returns the value the protocol wants, or says what is wrong.
@@ -106,12 +104,7 @@ def payload(value):
 
 def call(kind, data, now=None):
     """Run one protocol operation (envelope.perform, one transaction); its reply data, or a CommandError."""
-    try:
-        status, reply = perform(kind, data, now)
-    except Refusal as refusal:
-        raise CommandError(refusal.message) from None
-    except Busy:
-        raise CommandError("The database stayed busy (other writers kept winning the race); try again.") from None
+    status, reply = answered(kind, data, now)
     if status >= 400:
         about = f": {data['id']}" if "id" in data else ""
         raise CommandError(f"{reply}{about} ({kind} answered {status})")
@@ -138,10 +131,8 @@ def plural(n, noun):
 
 
 def iso(ms):
-    try:
-        return (EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    except OverflowError:
-        return "never"
+    at = utc_datetime(ms)
+    return "never" if at is None else at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def shown(key, value):

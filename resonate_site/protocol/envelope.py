@@ -79,6 +79,17 @@ def perform(kind, data, now=None):
     return run_atomically(operation.handler, req, now if now is not None else now_ms(), mode=operation.mode)
 
 
+def answered(kind, data, now=None):
+    """perform() with its refusals answered: (status, reply data or message). The console, the REST API and the
+    commands all map an outcome to a status here; POST / maps the same exceptions the same way (respond)."""
+    try:
+        return perform(kind, data, now)
+    except Refusal as refusal:
+        return refusal.status, refusal.message
+    except Busy as busy:
+        return 503, busy.answer
+
+
 def echoed(envelope):
     """The kind and corrId a reply echoes, as far as the envelope lets them be read (§1.3)."""
     if not isinstance(envelope, dict):

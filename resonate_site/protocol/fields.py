@@ -4,7 +4,7 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
-from floor.protocol import BRANCH, DELAY, I64_MAX, TARGET
+from floor.protocol import BRANCH, CASTS, DELAY, I64_MAX, TARGET, poll_parts
 
 MAX_ID_BYTES = 1024  # ids and addresses are index keys; PostgreSQL caps a btree entry near 2.7 kB
 
@@ -94,8 +94,8 @@ def address_error(address):
     if url.scheme in ("http", "https"):
         return None if url.netloc else "needs a host"
     if url.scheme == "poll":
-        cast, at, group = url.netloc.partition("@")
-        if not at or cast not in ("uni", "any"):
+        cast, group, _ = poll_parts(address)
+        if cast not in CASTS:
             return "must look like poll://uni@group/id or poll://any@group[/id]"
         return None if group else "needs a group"
     return "must be a poll://, http:// or https:// address"
