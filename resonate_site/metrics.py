@@ -19,19 +19,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from floor.clock import now_ms
 from outbox.models import Message
 from promises.models import Promise, PromiseState
-from schedules.models import Schedule
-from tasks.models import Task, TimeoutKind
+from timeouts.due import count_due
 
 log = logging.getLogger(__name__)
-
-
-# The sweep's categories (schedules/timeouts.py TRANSITIONS): entries whose deadline is at or before `now`.
-DUE = {
-    "promise": lambda now: Promise.objects.filter(timeout_armed=True, timeout_at__lte=now),
-    "retry": lambda now: Task.objects.filter(timeout_kind=TimeoutKind.RETRY, timeout_at__lte=now),
-    "lease": lambda now: Task.objects.filter(timeout_kind=TimeoutKind.LEASE, timeout_at__lte=now),
-    "schedule": lambda now: Schedule.objects.filter(next_run_at__lte=now),
-}
 
 
 class DatabaseGauges:
@@ -63,15 +53,15 @@ class DatabaseGauges:
             _counted = (time.monotonic(), counts)
         pending, due, undelivered = self.families()
         pending.add_metric([], counts["pending"])
-        for kind in DUE:
-            due.add_metric([kind], counts[kind])
+        for kind, count in counts["due"].items():
+            due.add_metric([kind], count)
         undelivered.add_metric([], counts["undelivered"])
         return [pending, due, undelivered]
 
     @staticmethod
     def count(now):
         counts = {"pending": Promise.objects.with_projected_state(PromiseState.PENDING, now).count()}
-        counts.update({kind: entries(now).count() for kind, entries in DUE.items()})
+        counts["due"] = count_due(now)
         counts["undelivered"] = Message.objects.undelivered().count()
         return counts
 

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "promises",
     "tasks",
     "schedules",
+    "timeouts",
     "outbox",
     "api",
 ]
@@ -172,7 +173,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "schedules.tasks.sweep", "schedule": beat_seconds(RESONATE.get("SWEEP_PERIOD_MS", 2000))},
+    "sweep": {"task": "timeouts.tasks.sweep", "schedule": beat_seconds(RESONATE.get("SWEEP_PERIOD_MS", 2000))},
     "deliver": {"task": "outbox.tasks.deliver_due", "schedule": beat_seconds(RESONATE.get("DELIVERY_PASS_MS", 1000))},
 }
 

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("promises", "tasks", "schedules", "outbox")
+APPS = ("promises", "tasks", "schedules", "outbox", "timeouts")
 PACKAGES = ("floor", "resonate_site", "api", *APPS)
 FLOOR, MODELS, ENGINE, HANDLERS, SURFACES = range(5)
 NAMES = ("floor", "models", "engine", "handlers", "surfaces")

@@ -16,9 +16,9 @@ from outbox.delivery import deliver_due
 from resonate_site import metrics as metrics_module
 from resonate_site.metrics import clear_if_unused
 from resonate_site.protocol import envelope
-from schedules.timeouts import sweep
 from tests.conftest import create, targeted
 from tests.e2e.servers import ROOT
+from timeouts.sweep import sweep
 
 FAR = 4_102_444_800_000  # 2100: never due while these tests run
 

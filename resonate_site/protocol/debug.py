@@ -4,8 +4,8 @@ from floor.protocol import Reply, ok
 from outbox.models import Message, MessageKind, Pause
 from promises.models import Callback, Listener, Promise
 from schedules.models import Schedule
-from schedules.timeouts import sweep
 from tasks.models import Task
+from timeouts.sweep import sweep
 
 
 def debug_start(req, now):

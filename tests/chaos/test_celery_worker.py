@@ -30,14 +30,14 @@ def test_a_worker_busy_sweeping_survives_the_broker_going_away_and_takes_tasks_a
         [*celery, "beat", "--schedule", str(tmp_path / "schedule")], env, tmp_path / "b.log", runtime_python()
     )
     try:
-        wait_for_log(tmp_path / "w.log", "schedules.tasks.sweep", 30)  # sweeping when the broker goes
+        wait_for_log(tmp_path / "w.log", "timeouts.tasks.sweep", 30)  # sweeping when the broker goes
         own_redis.kill()
         time.sleep(3)
         assert worker.popen.poll() is None, f"the worker exited: see {tmp_path / 'w.log'}"
         own_redis.start()
-        mark = (tmp_path / "w.log").read_text().count("schedules.tasks.sweep")
+        mark = (tmp_path / "w.log").read_text().count("timeouts.tasks.sweep")
         deadline = time.monotonic() + 10
-        while (tmp_path / "w.log").read_text().count("schedules.tasks.sweep") <= mark:
+        while (tmp_path / "w.log").read_text().count("timeouts.tasks.sweep") <= mark:
             assert time.monotonic() < deadline, "the worker took no task after the broker came back"
             assert worker.popen.poll() is None, f"the worker exited: see {tmp_path / 'w.log'}"
             time.sleep(0.2)

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from schedules.timeouts import sweep
 from tests.conformance.invariants import violations
 from tests.conformance.model import SpecModel
+from timeouts.sweep import sweep
 
 IDS = ["a", "a.1", "a.2", "b", "b.1"]
 PIDS = ["w1", "w2"]

@@ -1,31 +1,20 @@
 """manage.py deliver: send the outbox messages that are due, once or in a loop like the embedded deliverer."""
 
-import logging
-import time
-
-from django.db import close_old_connections
-
 from floor.conf import resonate_settings
+from floor.loops import keep_running
 from outbox.delivery import Transport, deliver_due
 from outbox.models import Pause
 from resonate_site.management.cli import ResonateCommand, duration, plural, stopped_by_signals
 
-log = logging.getLogger(__name__)
-
 
 def keep_delivering(seconds, stopping, only=None):
     """deliver_due every DELIVERY_PASS_MS for `seconds` or until `stopping()`; how many messages it attempted."""
-    until = time.monotonic() + seconds
-    sent = 0
-    while time.monotonic() < until and not stopping():
-        try:
-            close_old_connections()
-            if not Pause.is_paused():
-                sent += deliver_due(only)
-        except Exception:  # the database away for a moment must not end the loop
-            log.exception("delivery failed; trying again")
-        time.sleep(max(0.0, min(resonate_settings.DELIVERY_PASS_MS / 1000, until - time.monotonic())))
-    return sent
+    period = resonate_settings.DELIVERY_PASS_MS / 1000
+
+    def delivering():
+        return (0 if Pause.is_paused() else deliver_due(only)), period
+
+    return keep_running(delivering, seconds, stopping, retry_after=period)
 
 
 class Command(ResonateCommand):

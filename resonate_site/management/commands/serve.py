@@ -17,7 +17,7 @@ from outbox.dispatch import Deliverer
 from resonate_site.auth import refuse_unprotected
 from resonate_site.metrics import clear_if_unused
 from resonate_site.serving import PARENT
-from schedules.sweeper import keep_sweeping
+from timeouts.sweeper import keep_sweeping
 
 GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
 

@@ -3,7 +3,7 @@
 from celery import shared_task
 
 from floor.conf import beat_seconds, resonate_settings
-from schedules.sweeper import keep_sweeping
+from timeouts.sweeper import keep_sweeping
 
 
 @shared_task(ignore_result=True)

@@ -4,8 +4,8 @@ from floor.clock import now_ms
 from floor.conf import resonate_settings
 from outbox.models import Pause
 from resonate_site.management.cli import ResonateCommand, duration, plural, stopped_by_signals
-from schedules.sweeper import keep_sweeping
-from schedules.timeouts import sweep
+from timeouts.sweep import sweep
+from timeouts.sweeper import keep_sweeping
 
 
 class Command(ResonateCommand):
