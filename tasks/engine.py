@@ -26,42 +26,31 @@ def new_task(promise, now, holder=None):
     is acquired at once by its `holder`, (pid, ttl). Otherwise the task is pending: its execute is sent now,
     or held back by its retry timeout until resonate:delay.
     """
-    task = Task(promise=promise, state=TaskState.PENDING, version=0)
+    task = Task(promise=promise, version=0)
     if not promise.is_pending:
-        task.state = TaskState.FULFILLED
+        task.to_fulfilled()
         return task, []
     if holder is not None:
-        lease(task, *holder, now)
+        task.to_acquired(*holder, now)
         return task, []
     delay = int(promise.tags.get(DELAY, 0))
     if delay > now:
-        task.set_timeout(TimeoutKind.RETRY, delay)
+        task.to_pending(delay)
         return task, []
-    task.set_timeout(TimeoutKind.RETRY, retry_at(now))
+    task.to_pending(retry_at(now))
     return task, [execute(promise.target or "", task, now)]
 
 
 def return_to_pending(task, now):
     """A task goes back to pending with a retry timeout and an execute to its target; the version is kept."""
-    task.state = TaskState.PENDING
-    task.clear_lease()
-    task.set_timeout(TimeoutKind.RETRY, retry_at(now))
+    task.to_pending(retry_at(now))
     task.write()
     send_execute(task, now)
 
 
-def lease(task, pid, ttl, now):
-    """The task becomes acquired by pid for ttl ms, with the next version as its fencing token (unsaved)."""
-    task.state = TaskState.ACQUIRED
-    task.version += 1
-    task.pid, task.ttl = pid, ttl
-    task.resumes = []
-    task.set_timeout(TimeoutKind.LEASE, later(now, ttl))
-
-
 def acquire(task, pid, ttl, now):
     """A pending task is acquired (T-02, T-03): leased to pid, and stored."""
-    lease(task, pid, ttl, now)
+    task.to_acquired(pid, ttl, now)
     task.write()
 
 
@@ -80,9 +69,8 @@ def enqueue_resume(awaited_id, awaiter_id, now):
     if task is None:
         return
     if task.state == TaskState.SUSPENDED:
-        task.state = TaskState.PENDING
+        task.to_pending(retry_at(now))
         task.resumes = [awaited_id]
-        task.set_timeout(TimeoutKind.RETRY, retry_at(now))
         task.write()
         if task.promise.target:
             set_execute(task.promise.target, task, now)

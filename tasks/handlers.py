@@ -1,11 +1,11 @@
 """task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
 
-from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, later, ok, page, searched
+from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, searched
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
 from promises.models import Callback, Promise
 from tasks.engine import acquire, preload, return_to_pending
-from tasks.models import Task, TaskState, TimeoutKind
+from tasks.models import Task, TaskState
 
 NOT_PENDING = Reply(409, "Task is not pending")
 NOT_ACQUIRED = Reply(409, "Task is not acquired")
@@ -104,7 +104,7 @@ def task_heartbeat(req, now):
             and task.pid == req["pid"]
             and task.promise.is_live(now)
         ):
-            task.set_timeout(TimeoutKind.LEASE, later(now, task.ttl or 0))
+            task.renew_lease(now)
             task.write("timeout_kind", "timeout_at")
     return ok()
 
@@ -127,9 +127,7 @@ def task_suspend(req, now):
         return Reply(300, {"preload": preload(task.promise, now)})
     for awaited_id in awaited_ids:
         Callback.register(awaited_id, task.id)
-    task.state = TaskState.SUSPENDED
-    task.clear_lease()
-    task.clear_timeout()
+    task.to_suspended()
     task.write()
     return ok()
 
@@ -167,9 +165,7 @@ def task_halt(req, now):
     if task.state == TaskState.FULFILLED:
         return Reply(409, "Task is fulfilled")
     if task.state != TaskState.HALTED:
-        task.state = TaskState.HALTED
-        task.clear_lease()
-        task.clear_timeout()
+        task.to_halted()
         task.write()
     return ok()
 

@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from floor import rows
+from floor.protocol import later
 from promises.models import Promise, PromiseState
 
 
@@ -100,23 +101,46 @@ class Task(models.Model):
         """Store the given fields (all of them by default)."""
         rows.update(self, *(fields or MUTABLE_FIELDS))
 
-    def set_timeout(self, kind, at):
-        self.timeout_kind, self.timeout_at = kind, at
+    # The task's state changes. Each sets the state with the lease and the one timeout that state has
+    # (pending: its retry; acquired: its lease; suspended, halted, fulfilled: none), so every transition
+    # keeps "a task has at most one timeout, the one its state calls for". Unsaved: callers write().
 
-    def clear_timeout(self):
-        self.timeout_kind = self.timeout_at = None
+    def to_pending(self, retry_at):
+        """Pending, offered to its target again at `retry_at` (its retry timeout); no lease; the version is kept."""
+        self.state, self.pid, self.ttl = TaskState.PENDING, None, None
+        self.timeout_kind, self.timeout_at = TimeoutKind.RETRY, retry_at
 
-    def clear_lease(self):
-        self.pid = self.ttl = None
+    def to_acquired(self, pid, ttl, now):
+        """Acquired by pid for ttl ms, with the next version as its fencing token; resumes cleared."""
+        self.state, self.version, self.pid, self.ttl, self.resumes = TaskState.ACQUIRED, self.version + 1, pid, ttl, []
+        self.renew_lease(now)
+
+    def renew_lease(self, now):
+        """An acquired task's lease runs for another ttl from `now` (its lease timeout)."""
+        self.timeout_kind, self.timeout_at = TimeoutKind.LEASE, later(now, self.ttl or 0)
+
+    def to_suspended(self):
+        """Suspended, waiting to be resumed: no lease, no timeout."""
+        self._waiting(TaskState.SUSPENDED)
+
+    def to_halted(self):
+        """Halted, not dispatched until task.continue: no lease, no timeout."""
+        self._waiting(TaskState.HALTED)
+
+    def to_fulfilled(self):
+        """Fulfilled with its promise: no lease, no timeout, no resumes (fulfilling() does the same by statement)."""
+        self._waiting(TaskState.FULFILLED)
+        self.resumes = []
+
+    def _waiting(self, state):
+        self.state, self.pid, self.ttl, self.timeout_kind, self.timeout_at = state, None, None, None, None
 
     def projected(self, promise, now):
         """The task as readers see it: once its promise is settled or expired, the task reads as fulfilled."""
         if promise.is_live(now):
             return self
         shown = copy.copy(self)
-        shown.state = TaskState.FULFILLED
-        shown.resumes = []
-        shown.clear_lease()
+        shown.to_fulfilled()
         return shown
 
     def to_record(self):
