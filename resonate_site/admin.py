@@ -2,6 +2,28 @@
 
 from django.contrib import admin
 
+from floor.conf import resonate_settings
+
 admin.site.site_header = "Resonate operations"
 admin.site.site_title = "Resonate operations"
 admin.site.index_title = "Promises, tasks, schedules and the outbox"
+
+
+def hide_beat_schedules():
+    """django-celery-beat's pages (periodic tasks, intervals, crontabs…) matter only where Beat runs: in embedded
+    mode nothing reads them, so the console does not show them."""
+    from django_celery_beat import models as beat
+
+    for model in (
+        beat.PeriodicTask,
+        beat.IntervalSchedule,
+        beat.CrontabSchedule,
+        beat.SolarSchedule,
+        beat.ClockedSchedule,
+    ):
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+
+
+if resonate_settings.BACKGROUND != "celery":
+    hide_beat_schedules()

@@ -1,5 +1,7 @@
 """Fixtures: a protocol client that speaks POST / envelopes, with debug operations enabled."""
 
+import subprocess
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import orjson
@@ -131,11 +133,22 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("released SDKs against this server: figures")
     out = ROOT / "var" / "sdk-timings.jsonl"
     out.parent.mkdir(exist_ok=True)
+    run = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit(ROOT)}
     with open(out, "a") as f:
         for mode, scenario, figure, value, unit in TIMINGS:
             terminalreporter.write_line(f"{mode:<10} {scenario:<34} {figure:<16} {value:>10.1f} {unit}")
-            row = {"mode": mode, "scenario": scenario, "figure": figure, "value": round(value, 1), "unit": unit}
-            f.write(orjson.dumps(row).decode() + "\n")
+            figures = {"mode": mode, "scenario": scenario, "figure": figure, "value": round(value, 1), "unit": unit}
+            f.write(orjson.dumps({**run, **figures}).decode() + "\n")
+
+
+def commit(root):
+    """The checked-out commit, with "+" when the tree has changes; "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return (head.stdout.strip() or "unknown") + ("+" if dirty.stdout.strip() else "")
 
 
 @pytest.fixture

@@ -235,3 +235,10 @@ def test_a_value_with_nan_is_refused(admin_client, protocol):
     assert protocol("promise.create", create("a", soon())).status == 200
     answer = settle_through_the_console(admin_client, ["a"], "resolve", '{"x": NaN}')
     assert answer.status_code == 200 and b"Not JSON" in answer.content
+
+
+def test_embedded_mode_hides_celery_beats_pages(admin_client, db):
+    """Nothing reads Beat's schedules without Celery: the console's index does not offer them."""
+    page = admin_client.get("/admin/").content.decode()
+    assert "Promises" in page
+    assert "Periodic tasks" not in page and "django_celery_beat" not in page
