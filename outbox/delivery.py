@@ -23,7 +23,8 @@ from floor.counters import deliveries_recorded, messages_claimed
 from floor.protocol import parse_poll_address
 from floor.transactions import Mode, run_atomically
 from outbox.hub import HubUnavailable, hub
-from outbox.models import DeliveryState, Message
+from outbox.models import DeliveryState, Message, MessageKind
+from tasks.models import Task, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class Outcome(Enum):
     DROPPED = "dropped"  # nobody to deliver to; execute is re-sent by the task's timers
     RETRY = "retry"
     UNREACHED = "unreached"  # no stream connected right now: retried for POLL_GRACE_MS, then dropped
+    STALE = "stale"  # a retried execute whose task is no longer pending at its version: nobody can act on it
     HUB_DOWN = "hub down"  # the hub could not be asked: retried, and the grace does not run meanwhile
 
 
@@ -55,8 +57,37 @@ def send_claimed(messages):
     """Send messages this process holds the claim of (claimed above, or when it wrote them), and record how it went."""
     if messages:
         messages_claimed(messages)
-        outcomes = send_all(messages)
+        stale = stale_executes(messages)
+        outcomes = send_all([m for m in messages if m.key not in stale])
+        if stale:  # in the claimed order again
+            sent = iter(outcomes)
+            outcomes = [(Outcome.STALE, stale[m.key]) if m.key in stale else next(sent) for m in messages]
         deliveries_recorded(run_atomically(record, messages, outcomes, now_ms(), mode=Mode.AUTOCOMMIT))
+
+
+def stale_executes(messages):
+    """{key: why} for the retried executes among these whose task is no longer pending at the version they carry.
+
+    Its promise was settled or cancelled, or the task was acquired since: a worker would only get a 409, so
+    the message is dropped instead of being retried for the poll grace. Whenever a task is pending again it
+    gets an execute of its own. A first attempt is sent as it is (the task was pending when it was written),
+    so only retries cost a read, one for the batch.
+    """
+    retried = {m.key: m for m in messages if m.kind == MessageKind.EXECUTE and m.attempts > 1}
+    if not retried:
+        return {}
+    wanted = {m.subject: m.data["task"]["version"] for m in retried.values()}
+    pending = rows.query(
+        f'SELECT "id", "version" FROM {rows.quote(Task._meta.db_table)} WHERE "state" = %s'
+        f' AND "id" IN ({rows.placeholders(wanted)})',
+        [TaskState.PENDING, *wanted],
+    )
+    current = {(id, version) for id, version in pending}
+    return {
+        key: f"task {m.subject} is no longer pending at version {wanted[m.subject]}"
+        for key, m in retried.items()
+        if (m.subject, wanted[m.subject]) not in current
+    }
 
 
 def claim_on_write(message):
@@ -196,9 +227,9 @@ def record(messages, outcomes, now):
         after = settled_as(message, outcome, now)
         states.append(after.state)
         if after.state != DeliveryState.DELIVERED:
-            # A stream reconnecting is routine (a message waits for it): DEBUG; a message dropped or a push
-            # failing is worth an operator's eye. Every outcome is counted in /metrics either way.
-            quiet = outcome is Outcome.UNREACHED and after.state == DeliveryState.PENDING
+            # A stream reconnecting is routine (a message waits for it), and so is a stale execute: DEBUG; a
+            # message dropped or a push failing is worth an operator's eye. /metrics counts every outcome.
+            quiet = outcome is Outcome.STALE or (outcome is Outcome.UNREACHED and after.state == DeliveryState.PENDING)
             log.log(
                 logging.DEBUG if quiet else logging.INFO,
                 "%s %s to %s: %s (%s)",
@@ -247,7 +278,7 @@ def settled_as(message, outcome, now):
         return Settled(DeliveryState.PENDING, now + resonate_settings.POLL_RETRY_MS, None, since)
     if outcome is Outcome.HUB_DOWN:
         return Settled(DeliveryState.PENDING, now + resonate_settings.POLL_RETRY_MS, None, message.unreached_since)
-    if outcome is Outcome.DROPPED:
+    if outcome in (Outcome.DROPPED, Outcome.STALE):
         return Settled(DeliveryState.DROPPED, message.next_attempt_at)
     if message.attempts >= resonate_settings.DELIVERY_ATTEMPTS:
         return Settled(DeliveryState.FAILED, message.next_attempt_at)

@@ -1,4 +1,4 @@
-"""How an attempt's outcome decides a message's fate (outbox/delivery.py settled_as)."""
+"""How an attempt's outcome decides a message's fate (outbox/delivery.py settled_as), and which retries are not worth sending."""
 
 import pytest
 
@@ -50,3 +50,29 @@ def test_a_push_is_retried_with_doubling_backoff_then_fails():
 def test_delivered_and_dropped_are_final(attempts):
     assert settled_as(message(attempts), Outcome.DELIVERED, 7) == (DeliveryState.DELIVERED, 0, 7, None)
     assert settled_as(message(attempts), Outcome.DROPPED, 7).state == DeliveryState.DROPPED
+
+
+def test_a_retried_execute_whose_task_is_no_longer_pending_at_its_version_is_dropped_not_retried(protocol, settings):
+    """A cancelled promise's execute waiting for a stream: workers would only get 409s for the poll grace."""
+    from floor.clock import now_ms
+    from outbox.delivery import deliver
+    from outbox.models import MessageKind
+
+    def execute(id):
+        return Message.objects.get(kind=MessageKind.EXECUTE, subject=id)
+
+    settings.RESONATE = {**settings.RESONATE, "POLL_RETRY_MS": 0}
+    far = now_ms() + 3_600_000
+    for id in ("cancelled", "waiting"):
+        protocol("promise.create", {"id": id, "timeoutAt": far, "tags": {"resonate:target": "poll://any@nobody"}})
+        deliver([execute(id).key])  # no stream in group "nobody": it waits for one
+        assert execute(id).state == DeliveryState.PENDING
+    protocol("promise.settle", {"id": "cancelled", "state": "rejected_canceled"})
+
+    deliver([execute(id).key for id in ("cancelled", "waiting")])
+    dropped, waiting = execute("cancelled"), execute("waiting")
+    assert (dropped.state, dropped.last_error) == (
+        DeliveryState.DROPPED,
+        "task cancelled is no longer pending at version 0",
+    )
+    assert (waiting.state, waiting.attempts) == (DeliveryState.PENDING, 2)  # still pending at its version: kept
