@@ -1,4 +1,4 @@
-"""How an attempt's outcome decides a message's fate (outbox/delivery.py settled_as), and which retries are not worth sending."""
+"""How an attempt's outcome decides a message's fate (outbox/delivery.py settled_as); which retries are dropped."""
 
 import pytest
 
