@@ -13,9 +13,14 @@ def promise_get(req, now):
     return ok(promise=promise.projected(now).to_record())
 
 
-def promise_create(req, now):
-    """P-02: an existing promise is returned as it reads now; a new one is pending, or born settled if expired."""
-    promise, _, existing = create(req["id"], req["param"], req["tags"], req["timeout_at"], now)
+def promise_create(req, now, found=None):
+    """P-02: an existing promise is returned as it reads now; a new one is pending, or born settled if expired.
+
+    `found`: the promise with this id, when the caller has already read it under its lock (task.fence).
+    """
+    existing = found
+    if existing is None:
+        promise, _, existing = create(req["id"], req["param"], req["tags"], req["timeout_at"], now)
     if existing is not None:
         return ok(promise=existing.projected(now).to_record())
     return ok(promise=promise.to_record())

@@ -76,14 +76,17 @@ def task_acquire(req, now):
 def task_fence(req, now):
     """T-04: run a promise.create or promise.settle only while the caller holds the task."""
     action = req["action"]
-    task = Task.objects.locked_all([action["data"]["id"], req["id"]])[1].get(req["id"])
+    promises, tasks = Task.objects.locked_all([action["data"]["id"], req["id"]])
+    task = tasks.get(req["id"])
     if task is None:
         return TASK_NOT_FOUND
     refused = held(task, req, now)
     if refused:
         return refused
-    inner = promise_create if action["kind"] == "promise.create" else promise_settle
-    status, data = inner(action["data"], now)
+    if action["kind"] == "promise.create":  # a replay's fence of a child it made before finds it locked already
+        status, data = promise_create(action["data"], now, found=promises.get(action["data"]["id"]))
+    else:
+        status, data = promise_settle(action["data"], now)
     head = {"corrId": req["corr_id"], "status": status, "version": PROTOCOL_VERSION}
     return ok(action={"kind": action["kind"], "head": head, "data": data}, preload=preload(task.promise, now))
 
