@@ -23,8 +23,7 @@ from floor.counters import deliveries_recorded, messages_claimed
 from floor.protocol import parse_poll_address
 from floor.transactions import Mode, run_atomically
 from outbox.hub import HubUnavailable, hub
-from outbox.models import DeliveryState, Message, MessageKind
-from tasks.models import Task, TaskState
+from outbox.models import DeliveryState, Message
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class Outcome(Enum):
     DROPPED = "dropped"  # nobody to deliver to; execute is re-sent by the task's timers
     RETRY = "retry"
     UNREACHED = "unreached"  # no stream connected right now: retried for POLL_GRACE_MS, then dropped
-    STALE = "stale"  # a retried execute whose task is no longer pending at its version: nobody can act on it
+    STALE = "stale"  # a retried message nobody can act on any more (see drops_stale)
     HUB_DOWN = "hub down"  # the hub could not be asked: retried, and the grace does not run meanwhile
 
 
@@ -57,37 +56,33 @@ def send_claimed(messages):
     """Send messages this process holds the claim of (claimed above, or when it wrote them), and record how it went."""
     if messages:
         messages_claimed(messages)
-        stale = stale_executes(messages)
-        outcomes = send_all([m for m in messages if m.key not in stale])
-        if stale:  # in the claimed order again
+        dropped = stale(messages)
+        outcomes = send_all([m for m in messages if m.key not in dropped])
+        if dropped:  # in the claimed order again
             sent = iter(outcomes)
-            outcomes = [(Outcome.STALE, stale[m.key]) if m.key in stale else next(sent) for m in messages]
+            outcomes = [(Outcome.STALE, dropped[m.key]) if m.key in dropped else next(sent) for m in messages]
         deliveries_recorded(run_atomically(record, messages, outcomes, now_ms(), mode=Mode.AUTOCOMMIT))
 
 
-def stale_executes(messages):
-    """{key: why} for the retried executes among these whose task is no longer pending at the version they carry.
+_stale_checks = {}  # {message kind: check}: see drops_stale
 
-    Its promise was settled or cancelled, or the task was acquired since: a worker would only get a 409, so
-    the message is dropped instead of being retried for the poll grace. Whenever a task is pending again it
-    gets an execute of its own. A first attempt is sent as it is (the task was pending when it was written),
-    so only retries cost a read, one for the batch.
-    """
-    retried = {m.key: m for m in messages if m.kind == MessageKind.EXECUTE and m.attempts > 1}
-    if not retried:
-        return {}
-    wanted = {m.subject: m.data["task"]["version"] for m in retried.values()}
-    pending = rows.query(
-        f'SELECT "id", "version" FROM {rows.quote(Task._meta.db_table)} WHERE "state" = %s'
-        f' AND "id" IN ({rows.placeholders(wanted)})',
-        [TaskState.PENDING, *wanted],
-    )
-    current = {(id, version) for id, version in pending}
-    return {
-        key: f"task {m.subject} is no longer pending at version {wanted[m.subject]}"
-        for key, m in retried.items()
-        if (m.subject, wanted[m.subject]) not in current
-    }
+
+def drops_stale(kind, check):
+    """Have retried messages of this kind checked before they are sent: check(messages) → {key: why} for those
+    nobody can act on any more (tasks registers one for execute: its task is no longer pending at the version
+    the message carries). Registered by the app that writes such messages, so the outbox imports none of them."""
+    _stale_checks[kind] = check
+
+
+def stale(messages):
+    """{key: why} for the retried messages a registered check finds stale. A first attempt is sent as it is
+    (what it is about held when it was written), so only retries cost a read: one per kind and batch."""
+    found = {}
+    for kind, check in _stale_checks.items():
+        retried = [m for m in messages if m.kind == kind and m.attempts > 1]
+        if retried:
+            found.update(check(retried))
+    return found
 
 
 def claim_on_write(message):

@@ -127,3 +127,24 @@ def _same_branch():
     """The preload query, by the promise_branch index (an ORM query compiled per call costs more than it runs)."""
     table = rows.quote(Promise._meta.db_table)
     return f'SELECT {rows.columns(Promise)} FROM {table} WHERE "branch" = %s AND "id" <> %s ORDER BY "id"'
+
+
+def stale_executes(messages):
+    """{key: why} for the execute messages whose task is no longer pending at the version they carry.
+
+    Its promise was settled or cancelled, or the task was acquired since: a worker would only get a 409, so
+    the outbox drops the message instead of retrying it for the poll grace (registered in tasks/apps.py).
+    Whenever a task is pending again it gets an execute of its own.
+    """
+    wanted = {m.subject: m.data["task"]["version"] for m in messages}
+    pending = rows.query(
+        f'SELECT "id", "version" FROM {rows.quote(Task._meta.db_table)} WHERE "state" = %s'
+        f' AND "id" IN ({rows.placeholders(wanted)})',
+        [TaskState.PENDING, *wanted],
+    )
+    current = set(map(tuple, pending))
+    return {
+        m.key: f"task {m.subject} is no longer pending at version {wanted[m.subject]}"
+        for m in messages
+        if (m.subject, wanted[m.subject]) not in current
+    }

@@ -88,3 +88,25 @@ def test_no_import_cycles():
     for module in sorted(GRAPH):
         visit(module, [])
     assert not cycles, "\n".join(cycles)
+
+
+# Below the surfaces, packages use each other one way, with one pair as the protocol binds them: a promise's
+# creation makes its task and its settlement fulfils it (promises → tasks), and tasks are tasks of promises
+# (tasks → promises). Each side goes through the other's lower layer, so no module is in a cycle.
+ENTWINED = {frozenset({"promises", "tasks"})}
+
+
+def test_below_the_surfaces_packages_form_no_cycle_but_promises_and_tasks():
+    uses = {}
+    for module, others in GRAPH.items():
+        if layer(module) != SURFACES:
+            package = module.split(".")[0]
+            uses.setdefault(package, set()).update(o.split(".")[0] for o in others if o.split(".")[0] != package)
+
+    def reaches(start, goal, seen=()):
+        return any(p == goal or (p not in seen and reaches(p, goal, (*seen, p))) for p in uses.get(start, ()))
+
+    cycles = sorted(
+        f"{a} <-> {b}" for a in uses for b in uses[a] if reaches(b, a) and frozenset({a, b}) not in ENTWINED
+    )
+    assert not cycles, cycles
