@@ -42,10 +42,13 @@ class TaskQuerySet(models.QuerySet):
     def locked_all(self, ids):
         """Lock these promises (Promise.objects.lock_all's order), then read their tasks: ({id: promise}, {id: task}).
 
-        Each task has its promise attached. The tasks are read after the locks are held (rows.lock_then_fetch).
+        Each task has its promise attached. The tasks are read after the locks are held (rows.lock_then_fetch),
+        so the read may find the task of a promise created since the lock statement began, which it did not
+        lock: that task is left out, as if it had been read with the promises.
         """
         promises, tasks = rows.lock_then_fetch(Promise, ids, self.model)
         promises = {promise.pk: promise for promise in promises}
+        tasks = [task for task in tasks if task.pk in promises]
         for task in tasks:
             task.promise = promises[task.pk]
         return promises, {task.pk: task for task in tasks}

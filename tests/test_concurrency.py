@@ -90,6 +90,26 @@ def test_concurrent_settles_agree_on_one_value(server):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_concurrent_fences_creating_one_targeted_child_all_get_it(server):
+    """A client retrying a fence while the first is in flight: a later request may find the child's task
+    committed after its locks were taken, without the child's promise among them; that task is not its own."""
+    with Client(server) as rpc:
+        action = {"kind": "promise.create", "head": {}, "data": {"id": "wf", "timeoutAt": FAR}}
+        rpc("task.create", {"pid": "w", "ttl": 600_000, "action": action})
+
+    for child in range(1, 6):  # the window is narrow: race for a few new children
+
+        def fence(rpc, n, child=f"wf.{child}"):
+            data = {"id": child, "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}
+            action = {"kind": "promise.create", "head": {}, "data": data}
+            return rpc("task.fence", {"id": "wf", "version": 1, "action": action})
+
+        results = race(server, fence)
+        assert {status for status, _ in results} == {200}
+        assert {data["action"]["data"]["promise"]["id"] for _, data in results} == {f"wf.{child}"}
+
+
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_acquires_of_one_version_have_one_winner(server):
     with Client(server) as rpc:
         rpc("promise.create", {"id": "wf", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}})
