@@ -6,4 +6,5 @@
 - clock: now_ms, the server's time in milliseconds
 - conf: the RESONATE settings block, every default once
 - counters: the Prometheus counters every process keeps (the /metrics view is resonate_site.metrics)
+- loops: the one background loop (the sweeper, the delivery pass, the commands' --loop)
 """

@@ -178,7 +178,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # RESONATE_LOG_FORMAT=json: every line one JSON object (timestamp, level, logger, message, the record's extra fields).
-# The logger resonate.request has a line per protocol request (resonate_site/metrics.py says at which level).
+# The logger resonate.request has a line per protocol request (floor/counters.py says at which level).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -56,7 +56,7 @@ SCRIPTS = sorted(set(re.findall(r"(?<![\w./-])(bin/[\w-]+)", README)))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_each_script_it_names_exists_and_runs(script):
+def test_each_script_it_names_exists_and_is_executable(script):
     path = ROOT / script
     assert path.is_file() and path.stat().st_mode & 0o111, f"README names {script}, which is not an executable"
 
