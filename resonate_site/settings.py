@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "timeouts",
     "outbox",
     "api",
+    "console",
 ]
 
 MIDDLEWARE = [

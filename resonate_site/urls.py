@@ -5,10 +5,10 @@ from django.contrib import admin
 from django.http import HttpResponse
 from django.urls import include, path
 
-from outbox.streams import poll
 from resonate_site.health import health, ready
 from resonate_site.metrics import metrics
 from resonate_site.protocol.envelope import CRASHED, ProtocolView
+from resonate_site.streams import poll
 
 urlpatterns = [
     path("", ProtocolView.as_view(), name="protocol"),

@@ -1,4 +1,4 @@
-"""The management commands: promises, invoke, tasks, schedules, tree, sweep, deliver, prune and check.
+"""The management commands: promises, invoke, tasks, schedules, tree, sweep, deliver, prune and invariants.
 
 Setup goes through the protocol (envelope.perform) at explicit times long past, or with deadlines far
 in the future; the commands themselves run at the wall clock. Bad input must be a CommandError that

@@ -1,4 +1,4 @@
-"""How a poll stream ends (outbox/streams.py): closed in the hub first, then what was routed to it is sent,
+"""How a poll stream ends (resonate_site/streams.py): closed in the hub first, then what was routed to it is sent,
 and what it took but never sent goes back to the outbox."""
 
 import asyncio
@@ -9,7 +9,7 @@ import pytest
 from floor.conf import resonate_settings
 from outbox.hub import hub
 from outbox.models import DeliveryState, Message, MessageKind
-from outbox.streams import events
+from resonate_site.streams import events
 
 ADDRESS = "poll://uni@drain/w1"
 

@@ -5,8 +5,8 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html
 
+from console.tools import CappedPaginator, Operable, date, perform_each
 from floor.clock import now_ms
-from resonate_site.admin_tools import CappedPaginator, Operable, date, perform_each
 from tasks.models import Task, TaskState, TimeoutKind
 
 

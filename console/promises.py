@@ -11,10 +11,10 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from console.tools import CappedPaginator, Operable, date, decoded, encoded, perform_each, pretty
 from floor.clock import now_ms
 from floor.protocol import TARGET, tagged
 from promises.models import Callback, Listener, Promise, PromiseState
-from resonate_site.admin_tools import CappedPaginator, Operable, date, decoded, encoded, perform_each, pretty
 
 
 class ProjectedStateFilter(admin.SimpleListFilter):

@@ -1,7 +1,8 @@
-"""The operations console's frame (the pages themselves are in each app's admin.py)."""
+"""The operations console: its frame here, its pages in promises.py, tasks.py, schedules.py and outbox.py."""
 
 from django.contrib import admin
 
+from console import outbox, promises, schedules, tasks  # noqa: F401 (their pages register with the site)
 from floor.conf import resonate_settings
 
 admin.site.site_header = "Resonate operations"

@@ -2,10 +2,10 @@
 
 from django.contrib import admin
 
+from console.tools import CappedPaginator, Operable, date, pretty
 from floor.clock import now_ms
 from outbox.dispatch import announce
 from outbox.models import DeliveryState, Message
-from resonate_site.admin_tools import CappedPaginator, Operable, date, pretty
 
 
 class DeliveryFilter(admin.SimpleListFilter):

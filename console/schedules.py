@@ -5,8 +5,8 @@ import json
 from django import forms
 from django.contrib import admin
 
+from console.tools import CappedPaginator, date, decoded, perform_each, pretty
 from floor.clock import now_ms
-from resonate_site.admin_tools import CappedPaginator, date, decoded, perform_each, pretty
 from resonate_site.protocol.envelope import answered
 from schedules.cron import NEVER, cron_error, next_cron
 from schedules.models import Schedule
