@@ -287,3 +287,31 @@ def test_a_deliverer_whose_kept_connection_died_sends_its_batch_on_a_new_one(pro
     while not sent and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [m.key for m in sent] == ["e:wf"] and len(calls) == 2
+
+
+@pytest.mark.django_db
+def test_hot_statements_are_seen_by_whoever_watches_the_queries():
+    """rows keeps a cursor of its own on PostgreSQL, but steps aside for CaptureQueriesContext, DEBUG's log
+    and execute_wrapper: they see every statement, as with Django's cursor."""
+    from django.test.utils import CaptureQueriesContext
+
+    from promises.models import Promise
+
+    with CaptureQueriesContext(connection) as captured:
+        rows.fetch(Promise, "nobody")
+    seen = []
+    with connection.execute_wrapper(lambda execute, sql, *args: seen.append(sql) or execute(sql, *args)):
+        rows.fetch(Promise, "nobody")
+    assert ["promises_promise" in query["sql"] for query in captured] == [True]
+    assert ["promises_promise" in sql for sql in seen] == [True]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_hot_statements_follow_the_connection_when_django_replaces_it():
+    from promises.models import Promise
+
+    assert rows.fetch(Promise, "nobody") is None
+    connection.close()  # its age, or a failure: Django opens a new one on the next statement
+    assert rows.fetch(Promise, "nobody") is None
+    assert rows.query("SELECT pg_backend_pid()")[0][0] == connection.connection.info.backend_pid
