@@ -137,6 +137,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The API answers JSON only: a `format` query parameter is an ordinary unknown parameter, not a request
+    # for another renderer (DRF's default answered 404 "Not found." to ?format=anything-else).
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 SPECTACULAR_SETTINGS = {

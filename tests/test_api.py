@@ -510,3 +510,10 @@ def test_the_docs_are_served_with_local_assets(anonymous):
     assert response.status_code == 200
     assert b"/static/drf_spectacular_sidecar/swagger-ui-dist/" in response.content
     assert b"/api/schema/" in response.content
+
+
+@pytest.mark.parametrize("format", ["json", "api", "K\u00f3\u00af", ""])
+def test_a_format_parameter_is_an_unknown_parameter_not_a_renderer_choice(api, format):
+    """Schemathesis found ?format=… answered 404 "Not found." (DRF's renderer override); the API is JSON only."""
+    status, body = api.get("tasks", {"format": format})
+    assert status == 200 and body["tasks"] == []
