@@ -283,6 +283,20 @@ class Statement(NamedTuple):
     returns: bool = False
 
 
+def setting(values, *attnames, pks, using=DEFAULT):
+    """UPDATE the rows with these primary keys, setting the given fields to what they are on `values` (an
+    instance of the model, unsaved: its fields carry the values), as a Statement for run_all."""
+    connection = connections[using]
+    model = type(values)
+    fields = [model._meta.get_field(name) for name in attnames]
+    assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
+    return Statement(
+        f"UPDATE {quote(model._meta.db_table)} SET {assignments}"
+        f" WHERE {quote(model._meta.pk.column)} IN ({placeholders(pks)})",
+        [*(f.get_db_prep_save(getattr(values, f.attname), connection) for f in fields), *pks],
+    )
+
+
 def taking(model, column, values, *returned):
     """DELETE the model's rows whose `column` is one of `values`, returning the `returned` columns of each."""
     return Statement(

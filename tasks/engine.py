@@ -55,12 +55,10 @@ def acquire(task, pid, ttl, now):
 
 
 def fulfilling(task_ids):
-    """The tasks of settled promises are done: no lease, no timeout, no resumes (where there is a task)."""
-    return rows.Statement(
-        f'UPDATE {rows.quote(Task._meta.db_table)} SET "state" = %s, "pid" = NULL, "ttl" = NULL, "resumes" = %s,'
-        f' "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" IN ({rows.placeholders(task_ids)})',
-        [TaskState.FULFILLED, "[]", *task_ids],
-    )
+    """The tasks of settled promises are done, as Task.to_fulfilled leaves a task (where there is a task)."""
+    done = Task()
+    done.to_fulfilled()
+    return rows.setting(done, "state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at", pks=task_ids)
 
 
 def enqueue_resume(awaited_id, awaiter_id, now):

@@ -131,7 +131,7 @@ class Task(models.Model):
         self._waiting(TaskState.HALTED)
 
     def to_fulfilled(self):
-        """Fulfilled with its promise: no lease, no timeout, no resumes (fulfilling() does the same by statement)."""
+        """Fulfilled with its promise: no lease, no timeout, no resumes (tasks.engine.fulfilling, by statement)."""
         self._waiting(TaskState.FULFILLED)
         self.resumes = []
 
