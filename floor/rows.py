@@ -373,6 +373,46 @@ def fetch_sql(model, sql, params=(), using=DEFAULT):
     return [_instance(model, row, connection, using) for row in found]
 
 
+def fetch_with(model, joined, parts, using=DEFAULT):
+    """Rows of `model` chosen by several conditions, read by one statement: one round trip and one snapshot, so
+    the parts agree with each other as a transaction's reads would, without BEGIN and COMMIT. The rows of the
+    first part come each with its row of `joined` (a model whose primary key is model's, one to one).
+
+    parts: [(condition on "m", model's row, as SQL with %s placeholders, its parameters)]. Returns one list per
+    part, ordered by model's primary key: of (instance, joined instance or None) for the first, of instances
+    for the others.
+    """
+    connection = connections[using]
+    sql = _with(model, joined, tuple(where for where, _ in parts))
+    width = len(model._meta.concrete_fields)
+    found = [[] for _ in parts]
+    with cursor_of(connection) as cursor:
+        cursor.execute(sql, [value for _, params in parts for value in params])
+        for part, *row in cursor.fetchall():
+            instance = _instance(model, row[:width], connection, using)
+            if part == 0:
+                other = row[width:]
+                instance = (instance, None if other[0] is None else _instance(joined, other, connection, using))
+            found[part].append(instance)
+    return found
+
+
+@cache
+def _with(model, joined, conditions):
+    """fetch_with's statement: for each condition, the part's number, m's row, then j's (NULLs but in the first)."""
+    table, key = quote(model._meta.db_table), quote(model._meta.pk.column)
+    own = ", ".join(f"m.{quote(f.column)}" for f in model._meta.concrete_fields)
+    other = ", ".join(f"j.{quote(f.column)}" for f in joined._meta.concrete_fields)
+    nulls = ", ".join("NULL" for _ in joined._meta.concrete_fields)
+    first = (
+        f"SELECT 0, {own}, {other} FROM {table} m LEFT JOIN {quote(joined._meta.db_table)} j"
+        f" ON j.{quote(joined._meta.pk.column)} = m.{key} WHERE {conditions[0]}"
+    )
+    rest = [f"SELECT {n}, {own}, {nulls} FROM {table} m WHERE {where}" for n, where in enumerate(conditions) if n]
+    position = 2 + model._meta.concrete_fields.index(model._meta.pk)  # of the key's column: the database's collation
+    return f"{' UNION ALL '.join([first, *rest])} ORDER BY 1, {position}"
+
+
 def columns(model):
     """The model's column list, in field order, for hand-written statements that return its rows."""
     return ", ".join(quote(f.column) for f in model._meta.concrete_fields)

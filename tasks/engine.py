@@ -116,8 +116,32 @@ def preload(promise, now):
     """Records of the promises sharing the task promise's resonate:branch, by id (decision D6), projected."""
     if promise.branch is None:
         return []
-    siblings = rows.fetch_sql(Promise, _same_branch(), [promise.branch, promise.id])
-    return [p.projected(now).to_record() for p in siblings]
+    return records(rows.fetch_sql(Promise, _same_branch(), [promise.branch, promise.id]), now)
+
+
+def records(promises, now):
+    return [p.projected(now).to_record() for p in promises]
+
+
+def read_for_fence(task_id, promise_id):
+    """(the task with its promise, the promise `promise_id`, the task's preload: its promise's branch), each None
+    or [] when absent, read by one statement (a fence that writes nothing is answered from it: task_fence_read)."""
+    table = rows.quote(Promise._meta.db_table)
+    own, wanted, branch = rows.fetch_with(
+        Promise,
+        Task,
+        [
+            ('m."id" = %s', [task_id]),
+            ('m."id" = %s', [promise_id]),
+            # preload's rule, as _same_branch states it
+            (f'm."branch" = (SELECT "branch" FROM {table} WHERE "id" = %s) AND m."id" <> %s', [task_id, task_id]),
+        ],
+    )
+    task = None
+    if own and own[0][1] is not None:
+        task = own[0][1]
+        task.promise = own[0][0]
+    return task, (wanted[0] if wanted else None), branch
 
 
 @cache

@@ -4,7 +4,7 @@ from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, se
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
 from promises.models import Callback, Promise
-from tasks.engine import acquire, preload, return_to_pending
+from tasks.engine import acquire, preload, read_for_fence, records, return_to_pending
 from tasks.models import Task, TaskState
 
 NOT_PENDING = Reply(409, "Task is not pending")
@@ -83,12 +83,40 @@ def task_fence(req, now):
     refused = held(task, req, now)
     if refused:
         return refused
-    if action["kind"] == "promise.create":  # a replay's fence of a child it made before finds it locked already
+    if action["kind"] == "promise.create":
         status, data = promise_create(action["data"], now, found=promises.get(action["data"]["id"]))
     else:
         status, data = promise_settle(action["data"], now)
+    return fenced(req, status, data, preload(task.promise, now))
+
+
+def task_fence_read(req, now):
+    """T-04 answered by one read, when it writes nothing: a refused fence, or a promise.create that finds its
+    promise made before (a replaying workflow re-fences every child it has made; each is most of a chain's
+    requests). None when the fence may write: task_fence runs it in a transaction.
+
+    A single statement reads the task, the promise and the preload in one snapshot; the answer is the one
+    task_fence would give at that moment.
+    """
+    action = req["action"]
+    if action["kind"] != "promise.create":
+        return None
+    task, found, branch = read_for_fence(req["id"], action["data"]["id"])
+    if task is None:
+        return TASK_NOT_FOUND
+    refused = held(task, req, now)
+    if refused:
+        return refused
+    if found is None:
+        return None
+    status, data = promise_create(action["data"], now, found=found)
+    return fenced(req, status, data, records(branch, now))
+
+
+def fenced(req, status, data, preload):
+    """task.fence's reply: the fenced action's own reply envelope, and the task's preload."""
     head = {"corrId": req["corr_id"], "status": status, "version": PROTOCOL_VERSION}
-    return ok(action={"kind": action["kind"], "head": head, "data": data}, preload=preload(task.promise, now))
+    return ok(action={"kind": req["action"]["kind"], "head": head, "data": data}, preload=preload)
 
 
 def task_heartbeat(req, now):

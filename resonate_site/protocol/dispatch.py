@@ -2,7 +2,7 @@
 
 from typing import NamedTuple
 
-from floor.transactions import Mode
+from floor.transactions import Mode, run_atomically
 from promises import handlers as promises
 from resonate_site.protocol import debug
 from resonate_site.protocol import serializers as s
@@ -16,6 +16,9 @@ class Operation(NamedTuple):
     # How it meets PostgreSQL (floor/transactions.py). AUTOCOMMIT: it only reads (reads project: only the
     # timeout transitions write), or writes with one statement.
     mode: Mode = Mode.TRANSACTION
+    # read_first(req, now) -> Reply, or None: answers by one read, without a transaction, whatever the operation
+    # would answer without writing; when it returns None the handler runs.
+    read_first: object = None
 
 
 AUTOCOMMIT = Mode.AUTOCOMMIT
@@ -30,7 +33,7 @@ OPERATIONS = {
     "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT),
     "task.create": Operation(s.TaskCreate, tasks.task_create),
     "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
-    "task.fence": Operation(s.TaskFence, tasks.task_fence),
+    "task.fence": Operation(s.TaskFence, tasks.task_fence, read_first=tasks.task_fence_read),
     "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat),
     "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
     "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill),
@@ -48,3 +51,13 @@ OPERATIONS = {
     "debug.snap": Operation(s.Empty, debug.debug_snap),
     "debug.tick": Operation(s.DebugTick, debug.debug_tick),
 }
+
+
+def run(operation, req, now):
+    """Run one operation: its read_first, if it has one, then (unless that answered) its handler, each in the
+    mode it needs (floor/transactions.py); retried on lost races. Returns the handler's Reply."""
+    if operation.read_first is not None:
+        answer = run_atomically(operation.read_first, req, now, mode=Mode.AUTOCOMMIT)
+        if answer is not None:
+            return answer
+    return run_atomically(operation.handler, req, now, mode=operation.mode)

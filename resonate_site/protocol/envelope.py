@@ -14,9 +14,9 @@ from floor.clock import now_ms
 from floor.conf import resonate_settings
 from floor.counters import request_answered
 from floor.protocol import I64_MAX, PROTOCOL_VERSION
-from floor.transactions import Busy, run_atomically
+from floor.transactions import Busy
 from resonate_site.auth import Denied, authorize
-from resonate_site.protocol.dispatch import OPERATIONS
+from resonate_site.protocol.dispatch import OPERATIONS, run
 from resonate_site.protocol.serializers import decode
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def answer(body, now=None):
         req["corr_id"] = corr_id
         if kind == "debug.tick" and envelope["head"].get(DEBUG_TIME, req["time"]) != req["time"]:
             raise Refusal(400, f"{DEBUG_TIME} must equal data.time in debug.tick")
-        status, data = run_atomically(operation.handler, req, now, mode=operation.mode)
+        status, data = run(operation, req, now)
     except Refusal as refusal:
         return reply(kind, corr_id, refusal.status, refusal.message)
     except Busy as busy:  # lost races, or the database out of reach: nothing was committed, or it is unknown
@@ -76,7 +76,7 @@ def perform(kind, data, now=None):
         raise Refusal(404, f"Unknown operation: {kind}")
     req = validate(operation, data)
     req["corr_id"] = "operator"
-    return run_atomically(operation.handler, req, now if now is not None else now_ms(), mode=operation.mode)
+    return run(operation, req, now if now is not None else now_ms())
 
 
 def answered(kind, data, now=None):
