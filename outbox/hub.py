@@ -350,16 +350,21 @@ class RedisHub:
             channel = item["channel"].decode()
             if item["type"] == "message" and channel != self.control:
                 envelope = json.loads(item["data"])
-                stream = self.streams.get(envelope["stream"])
                 identity = tuple(envelope["message"]) if envelope.get("message") else None
-                if stream is not None:
-                    stream.put(envelope["event"], identity)
-                else:  # the stream closed as this was published
-                    requeue([identity])
+                self._hand(envelope["stream"], envelope["event"], identity)
             elif item["type"] == "unsubscribe" and channel in self.closing:
                 confirmed = self.closing[channel]
                 if not confirmed.done():
                     confirmed.set_result(None)
+
+    def _hand(self, key, event, identity):
+        """On the event loop: put an event on this process's stream, or back in the outbox if the stream has closed
+        since it was chosen (relayed from Redis, or handed over directly by a deliverer of this process)."""
+        stream = self.streams.get(key)
+        if stream is not None:
+            stream.put(event, identity)
+        else:
+            requeue([identity])
 
     async def _refresh(self):
         """Keep every live stream's advertisement from expiring, in one pipeline per period."""
@@ -386,9 +391,10 @@ class RedisHub:
     def publish_all(self, messages):
         """Route each (address, message, identity) to one stream: whether each was taken.
 
-        Each group's streams are read once; every message is routed and all are published in one
-        pipeline. A message that no stream heard (the stream is gone) goes round again to another
-        stream, with that one struck from the group. Raises HubUnavailable when Redis cannot be reached.
+        Each group's streams are read once; every message is routed, and all are published in one
+        pipeline but those for a stream of this process, which are handed to it directly. A message that
+        no stream heard (the stream is gone) goes round again to another stream, with that one struck
+        from the group. Raises HubUnavailable when Redis cannot be reached.
         """
         import redis
 
@@ -409,13 +415,19 @@ class RedisHub:
                 chosen = choose(cast, id, [m for m, _, _ in members[group].values()])
                 if chosen is not None:
                     sends.append((n, group, members[group][chosen.key]))
-            pipe = client.pipeline(transaction=False)
-            for n, _, (member, channel, _) in sends:
+            pipe, published = client.pipeline(transaction=False), []
+            for n, group, (member, channel, raw) in sends:
                 _, message, identity = messages[n]
+                local = self.streams.get(member.key)
+                if local is not None:  # a stream of this process: handed over on its loop, no round trip
+                    local.loop.call_soon_threadsafe(self._hand, member.key, sse_event(message), identity)
+                    taken[n] = True
+                    continue
                 envelope = {"stream": member.key, "event": sse_event(message), "message": identity}
                 pipe.publish(channel, json.dumps(envelope))
+                published.append((n, group, (member, channel, raw)))
             waiting, gone = [], []
-            for (n, group, (member, _, raw)), heard in zip(sends, pipe.execute(), strict=True):
+            for (n, group, (member, _, raw)), heard in zip(published, pipe.execute() if published else [], strict=True):
                 if heard:
                     taken[n] = True
                 else:

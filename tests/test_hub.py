@@ -60,6 +60,7 @@ def test_many_streams_closing_at_once_leave_no_destination_behind(own_redis):
 def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_it_returns(own_redis):
     """Redis restarted with nothing on disk: subscriptions and advertisements are gone and must come back."""
     hub = RedisHub(own_redis.url)
+    deliverer = RedisHub(own_redis.url)  # in another process: what it routes to the stream goes through Redis
 
     async def loop_lag(seconds):
         """The longest the event loop was kept from running a 10 ms sleep (a spinning relay would starve it)."""
@@ -75,12 +76,12 @@ def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_i
         own_redis.kill()
         lag_while_down = await loop_lag(2)
         with pytest.raises(HubUnavailable):
-            await publish(hub, "poll://uni@g/w1", event(0))
+            await publish(deliverer, "poll://uni@g/w1", event(0))
         with pytest.raises(HubUnavailable):
             await hub.register("g", "w2")  # a new stream is refused (the view answers 503) rather than left deaf
         own_redis.start()
         back = time.monotonic()
-        while await publish(hub, "poll://uni@g/w1", event(1)) != [True]:
+        while await publish(deliverer, "poll://uni@g/w1", event(1)) != [True]:
             assert time.monotonic() - back < 10, "the stream never became reachable again"
             await asyncio.sleep(0.05)
         return lag_while_down, time.monotonic() - back, await next_line(stream)
@@ -108,6 +109,41 @@ def test_a_message_published_to_a_stream_that_just_closed_goes_back_to_the_outbo
         return taken
 
     assert asyncio.run(scenario()) == [True]
+    assert requeued == [("u:1:p", 5)]
+
+
+def test_a_message_for_a_stream_of_this_process_is_handed_over_without_a_publish(own_redis, monkeypatch):
+    import redis.client
+
+    def no_publish(*args, **kwargs):
+        raise AssertionError("published through Redis")
+
+    hub = RedisHub(own_redis.url)
+
+    async def scenario():
+        stream = await hub.register("g", "w1")
+        monkeypatch.setattr(redis.client.Pipeline, "publish", no_publish)
+        taken = await publish(hub, "poll://any@g", event(1))
+        return taken, await next_line(stream)
+
+    taken, line = asyncio.run(scenario())
+    assert taken == [True] and '"n":1' in line
+
+
+def test_a_message_handed_over_as_its_stream_closes_goes_back_to_the_outbox(own_redis, monkeypatch):
+    import outbox.hub
+
+    requeued = []
+    monkeypatch.setattr(outbox.hub, "requeue", lambda identities, delay_ms=0: requeued.extend(identities))
+    hub = RedisHub(own_redis.url)
+
+    async def scenario():
+        stream = await hub.register("g", "w1")
+        hub.streams.pop(stream.key)  # closed after the deliverer chose it, before the handover ran on the loop
+        hub._hand(stream.key, "data: {}\n\n", ("u:1:p", 5))
+        return stream.queue.empty()
+
+    assert asyncio.run(scenario())
     assert requeued == [("u:1:p", 5)]
 
 
