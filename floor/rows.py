@@ -186,17 +186,23 @@ def insert_all(instances, on_conflict=None, using=DEFAULT):
     """INSERT the rows of several instances of one model in one statement (see insert)."""
     if not instances:
         return
+    sql, params, _ = inserting(instances, on_conflict, using)
+    with cursor_of(connections[using]) as cursor:
+        cursor.execute(sql, params)
+
+
+def inserting(instances, on_conflict=None, using=DEFAULT):
+    """insert_all as a Statement, for run_all; the instances count as saved from here."""
     connection = connections[using]
     model = type(instances[0])
     fields, _ = _fields(model)
     row = f"({', '.join(['%s'] * len(fields))})"
     head, _, tail = _insert(model, on_conflict).partition(f" VALUES {row}")
     params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for instance in instances for f in fields]
-    with cursor_of(connection) as cursor:
-        cursor.execute(f"{head} VALUES {', '.join([row] * len(instances))}{tail}", params)
     for instance in instances:
         instance._state.adding = False
         instance._state.db = using
+    return Statement(f"{head} VALUES {', '.join([row] * len(instances))}{tail}", params)
 
 
 def insert_unless_exists(instance, dependents=(), using=DEFAULT):
@@ -362,6 +368,21 @@ def run_all(statements, using=DEFAULT):
 def placeholders(values):
     """ "%s, %s, …" for an IN list of these values."""
     return ", ".join(["%s"] * len(values))
+
+
+def write_then_fetch(statement, model, sql, params=(), using=DEFAULT):
+    """Run a write (a Statement that returns no rows), then a statement that returns rows of the model (as
+    fetch_sql): on PostgreSQL both in one query string, one round trip."""
+    connection = connections[using]
+    with cursor_of(connection) as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{statement.sql}; {sql}", [*statement.params, *params])
+            cursor.nextset()
+        else:
+            cursor.execute(statement.sql, statement.params)
+            cursor.execute(sql, params)
+        found = cursor.fetchall()
+    return [_instance(model, row, connection, using) for row in found]
 
 
 def fetch_sql(model, sql, params=(), using=DEFAULT):

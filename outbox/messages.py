@@ -45,3 +45,10 @@ def set_unblocks(unblocks, now):
     set_messages(
         [message(MessageKind.UNBLOCK, record["id"], address, {"promise": record}, now) for address, record in unblocks]
     )
+
+
+def setting_messages(messages):
+    """set_messages as a Statement, for rows.run_all with the transaction's other writes; delivered after the
+    commit (the announcement is dropped if the transaction rolls back)."""
+    announce(*messages)
+    return Message.objects.storing(messages)

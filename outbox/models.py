@@ -66,6 +66,10 @@ class MessageQuerySet(models.QuerySet):
         """setMessage for unsaved messages with distinct keys: each replaces the one with its key (one statement)."""
         rows.insert_all(messages, on_conflict=Message.insert_on_conflict)
 
+    def storing(self, messages):
+        """store() as a Statement, for rows.run_all."""
+        return rows.inserting(messages, on_conflict=Message.insert_on_conflict)
+
 
 class Message(models.Model):
     key = models.TextField(unique=True)

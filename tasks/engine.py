@@ -5,7 +5,7 @@ from functools import cache
 from floor import rows
 from floor.conf import resonate_settings
 from floor.protocol import DELAY, later
-from outbox.messages import execute, set_execute, set_executes
+from outbox.messages import execute, set_execute, set_executes, setting_messages
 from promises.models import Promise
 from tasks.models import Task, TaskState, TimeoutKind
 
@@ -49,9 +49,14 @@ def return_to_pending(task, now):
 
 
 def acquire(task, pid, ttl, now):
-    """A pending task is acquired (T-02, T-03): leased to pid, and stored."""
+    """A pending task (its promise attached) is acquired (T-02, T-03): leased to pid, and stored. Returns its
+    preload, read with the write (one round trip on PostgreSQL)."""
     task.to_acquired(pid, ttl, now)
-    task.write()
+    promise = task.promise
+    if promise.branch is None:
+        task.write()
+        return []
+    return records(rows.write_then_fetch(task.writing(), Promise, _same_branch(), [promise.branch, promise.id]), now)
 
 
 def fulfilling(task_ids):
@@ -69,9 +74,10 @@ def enqueue_resume(awaited_id, awaiter_id, now):
     if task.state == TaskState.SUSPENDED:
         task.to_pending(retry_at(now))
         task.resumes = [awaited_id]
-        task.write()
-        if task.promise.target:
-            set_execute(task.promise.target, task, now)
+        writes = [task.writing()]
+        if task.promise.target:  # sent with the task's write, one statement on PostgreSQL
+            writes.append(setting_messages([execute(task.promise.target, task, now)]))
+        rows.run_all(writes)
     elif task.state != TaskState.FULFILLED and awaited_id not in task.resumes:
         task.resumes.append(awaited_id)
         task.write("resumes")

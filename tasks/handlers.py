@@ -54,8 +54,8 @@ def task_create(req, now):
     if task.state != TaskState.PENDING:
         return Reply(409, f"Task already exists and is {task.state}")
     task.promise = promise
-    acquire(task, req["pid"], req["ttl"], now)
-    return ok(task=task.to_record(), promise=promise.to_record(), preload=preload(promise, now))
+    shared = acquire(task, req["pid"], req["ttl"], now)
+    return ok(task=task.to_record(), promise=promise.to_record(), preload=shared)
 
 
 def task_acquire(req, now):
@@ -69,8 +69,8 @@ def task_acquire(req, now):
         return NOT_LIVE
     if task.version != req["version"]:
         return STALE_VERSION
-    acquire(task, req["pid"], req["ttl"], now)
-    return ok(task=task.to_record(), promise=task.promise.to_record(), preload=preload(task.promise, now))
+    shared = acquire(task, req["pid"], req["ttl"], now)
+    return ok(task=task.to_record(), promise=task.promise.to_record(), preload=shared)
 
 
 def task_fence(req, now):

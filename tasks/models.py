@@ -104,6 +104,10 @@ class Task(models.Model):
         """Store the given fields (all of them by default)."""
         rows.update(self, *(fields or MUTABLE_FIELDS))
 
+    def writing(self, *fields):
+        """write() as a Statement, for rows.run_all with other writes."""
+        return rows.setting(self, *(fields or MUTABLE_FIELDS), pks=[self.pk])
+
     # The task's state changes. Each sets the state with the lease and the one timeout that state has
     # (pending: its retry; acquired: its lease; suspended, halted, fulfilled: none), so every transition
     # keeps "a task has at most one timeout, the one its state calls for". Unsaved: callers write().
