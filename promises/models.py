@@ -174,6 +174,12 @@ class Callback(models.Model):
         rows.insert(cls(awaited_id=awaited_id, awaiter_id=awaiter_id), on_conflict="nothing")
 
     @classmethod
+    def registering(cls, awaited_ids, awaiter_id):
+        """register() for several awaited promises, as one Statement for rows.run_all."""
+        callbacks = [cls(awaited_id=awaited_id, awaiter_id=awaiter_id) for awaited_id in sorted(set(awaited_ids))]
+        return rows.inserting(callbacks, on_conflict="nothing")
+
+    @classmethod
     def scrubbing(cls, settled_ids):
         """The settlement scrub: settled promises are removed as awaiters from every promise they waited on.
 

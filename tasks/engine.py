@@ -6,7 +6,7 @@ from floor import rows
 from floor.conf import resonate_settings
 from floor.protocol import DELAY, later
 from outbox.messages import execute, set_execute, set_executes, setting_messages
-from promises.models import Promise
+from promises.models import Callback, Promise
 from tasks.models import Task, TaskState, TimeoutKind
 
 
@@ -57,6 +57,14 @@ def acquire(task, pid, ttl, now):
         task.write()
         return []
     return records(rows.write_then_fetch(task.writing(), Promise, _same_branch(), [promise.branch, promise.id]), now)
+
+
+def suspend(task, awaited_ids):
+    """A held task waits for these live promises (T-06): their callbacks registered and the task stored
+    suspended, one statement on PostgreSQL."""
+    task.to_suspended()
+    callbacks = [Callback.registering(awaited_ids, task.id)] if awaited_ids else []
+    rows.run_all([*callbacks, task.writing()])
 
 
 def fulfilling(task_ids):

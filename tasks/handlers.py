@@ -3,8 +3,8 @@
 from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, searched
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
-from promises.models import Callback, Promise
-from tasks.engine import acquire, preload, read_for_fence, records, return_to_pending
+from promises.models import Promise
+from tasks.engine import acquire, preload, read_for_fence, records, return_to_pending, suspend
 from tasks.models import Task, TaskState
 
 NOT_PENDING = Reply(409, "Task is not pending")
@@ -156,10 +156,7 @@ def task_suspend(req, now):
     if any(not promises[awaited_id].is_live(now) for awaited_id in awaited_ids):
         task.write("resumes")
         return Reply(300, {"preload": preload(task.promise, now)})
-    for awaited_id in awaited_ids:
-        Callback.register(awaited_id, task.id)
-    task.to_suspended()
-    task.write()
+    suspend(task, awaited_ids)
     return ok()
 
 

@@ -92,11 +92,17 @@ def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_i
     assert '"n":1' in line
 
 
-def test_a_message_published_to_a_stream_that_just_closed_goes_back_to_the_outbox(own_redis, monkeypatch):
+@pytest.fixture
+def requeued(monkeypatch):
+    """What the hub sends back to the outbox."""
     import outbox.hub
 
-    requeued = []
-    monkeypatch.setattr(outbox.hub, "requeue", lambda identities, delay_ms=0: requeued.extend(identities))
+    found = []
+    monkeypatch.setattr(outbox.hub, "requeue", lambda identities, delay_ms=0: found.extend(identities))
+    return found
+
+
+def test_a_message_published_to_a_stream_that_just_closed_goes_back_to_the_outbox(own_redis, requeued):
     hub = RedisHub(own_redis.url)
 
     async def scenario():
@@ -130,11 +136,7 @@ def test_a_message_for_a_stream_of_this_process_is_handed_over_without_a_publish
     assert taken == [True] and '"n":1' in line
 
 
-def test_a_message_handed_over_as_its_stream_closes_goes_back_to_the_outbox(own_redis, monkeypatch):
-    import outbox.hub
-
-    requeued = []
-    monkeypatch.setattr(outbox.hub, "requeue", lambda identities, delay_ms=0: requeued.extend(identities))
+def test_a_message_handed_over_as_its_stream_closes_goes_back_to_the_outbox(own_redis, requeued):
     hub = RedisHub(own_redis.url)
 
     async def scenario():
