@@ -44,7 +44,36 @@ def cursor_of(connection):
         cursor = raw.cursor()
         kept[connection.alias] = (raw, cursor)
     with connection.wrap_database_errors:
-        yield cursor
+        yield _Opening(cursor, raw) if opens_transaction(raw) else cursor
+
+
+def opens_transaction(raw):
+    """Whether the next statement on this psycopg connection starts the transaction Django has begun (atomic() has
+    turned autocommit off, and no statement has run since), at the default isolation level."""
+    from psycopg.pq import TransactionStatus
+
+    return not raw.autocommit and raw.info.transaction_status == TransactionStatus.IDLE and raw.isolation_level is None
+
+
+class _Opening:
+    """A kept cursor whose next statement opens the transaction: its BEGIN goes in front of it, in one query string.
+
+    psycopg would send BEGIN as a round trip of its own before the statement. Here the connection is put in
+    autocommit first (allowed while no transaction is open), so psycopg sends nothing of its own, and the
+    statement opens the transaction itself. Django's commit() or rollback() ends it as any other: psycopg sends
+    COMMIT or ROLLBACK whenever a transaction is open, and Django turns autocommit back on when atomic() ends.
+    """
+
+    def __init__(self, cursor, raw):
+        self.cursor, self.raw = cursor, raw
+
+    def execute(self, sql, params=()):
+        self.raw.autocommit = True
+        self.cursor.execute(f"BEGIN; {sql}", params)
+        self.cursor.nextset()  # past BEGIN's result, to the statement's
+
+    def __getattr__(self, name):
+        return getattr(self.cursor, name)
 
 
 def quote(name):

@@ -8,6 +8,8 @@ from floor.clock import now_ms
 from floor.transactions import Mode
 from resonate_site.protocol.envelope import answer
 
+TARGET = "poll://any@g"
+
 
 def envelope(kind, data):
     import orjson
@@ -315,3 +317,27 @@ def test_hot_statements_follow_the_connection_when_django_replaces_it():
     connection.close()  # its age, or a failure: Django opens a new one on the next statement
     assert rows.fetch(Promise, "nobody") is None
     assert rows.query("SELECT pg_backend_pid()")[0][0] == connection.connection.info.backend_pid
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_s_begin_goes_with_its_first_statement(tmp_path):
+    """psycopg sends BEGIN as a round trip of its own; rows puts it in front of the transaction's first statement.
+    Read off libpq's trace of what the connection sent, so that a psycopg upgrade that changes this is caught."""
+    from tasks.models import Task
+
+    created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}}))
+    assert created["head"]["status"] == 200
+    raw, trace = connection.connection, tmp_path / "libpq.trace"
+    with open(trace, "w") as sink:
+        raw.pgconn.trace(sink.fileno())
+        try:
+            reply = answer(envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60_000}))
+        finally:
+            raw.pgconn.untrace()
+    sent = [line.split("\t", 4)[-1] for line in trace.read_text().splitlines() if "\tF\t" in line]
+
+    assert reply["head"]["status"] == 200 and rows.fetch(Task, "p").state == "acquired"
+    assert sent[0].startswith(' "BEGIN; SELECT') and sent[-1] == ' "COMMIT"', sent
+    assert not any(query == ' "BEGIN"' for query in sent), sent
+    assert connection.get_autocommit() and raw.autocommit  # as atomic() leaves a connection
