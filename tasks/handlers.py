@@ -1,5 +1,6 @@
 """task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
 
+from floor import rows
 from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, searched
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
@@ -126,17 +127,19 @@ def task_heartbeat(req, now):
         held_by_pid = Task.objects.filter(pid=req["pid"], state=TaskState.ACQUIRED)
         refs = set(held_by_pid.values_list("promise_id", "version"))
     _, tasks = Task.objects.locked_all([task_id for task_id, _ in refs])
-    for task_id, version in sorted(refs):
-        task = tasks.get(task_id)
-        if (
-            task is not None
-            and task.state == TaskState.ACQUIRED
-            and task.version == version
-            and task.pid == req["pid"]
-            and task.promise.is_live(now)
-        ):
-            task.renew_lease(now)
-            task.write("timeout_kind", "timeout_at")
+    held_now = [
+        task
+        for task_id, version in sorted(refs)
+        if (task := tasks.get(task_id)) is not None
+        and task.state == TaskState.ACQUIRED
+        and task.version == version
+        and task.pid == req["pid"]
+        and task.promise.is_live(now)
+    ]
+    for task in held_now:
+        task.renew_lease(now)
+    if held_now:
+        rows.run_all([rows.updating(held_now, "timeout_kind", "timeout_at")])  # one statement for all of them
     return ok()
 
 
