@@ -15,7 +15,6 @@ trickles its body holds a coroutine, never a thread.
 
 import asyncio
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
@@ -34,10 +33,6 @@ from resonate_site.serving import watch_parent  # noqa: E402
 STREAM_PREFIXES = ("/poll/",)
 JSON = b"application/json"
 
-# The GIL's switch interval. At Python's 5 ms a thread just woken (a reply to send, a message to deliver) may
-# wait up to 5 ms for one running Python code to let go; at 0.5 ms an SDK chain's step took ~8% less and hello
-# ~4 ms less in production mode (bench/README.md, 2026-12-01 night).
-sys.setswitchinterval(0.0005)
 django_asgi = get_asgi_application()  # sets Django up: the protocol's modules import models
 
 # Protocol threads per process. PostgreSQL: 4 (bench/README.md: ~10% more than 2 at 16 clients; more lose to the
