@@ -294,20 +294,10 @@ def _insert_unless_exists(model, dependents, using):
     )
 
 
-@cache
-def _update(model, attnames):
-    fields = [model._meta.get_field(name) for name in attnames]
-    assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
-    return fields, f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {quote(model._meta.pk.column)} = %s"
-
-
 def update(instance, *attnames, using=DEFAULT):
     """UPDATE the given fields of the instance's row."""
-    connection = connections[using]
-    fields, sql = _update(type(instance), attnames)
-    params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for f in fields]
-    with cursor_of(connection) as cursor:
-        cursor.execute(sql, [*params, instance.pk])
+    sql, params, _ = setting(instance, *attnames, pks=[instance.pk], using=using)
+    execute(sql, params, using)
 
 
 class Statement(NamedTuple):
@@ -322,14 +312,17 @@ def setting(values, *attnames, pks, using=DEFAULT):
     """UPDATE the rows with these primary keys, setting the given fields to what they are on `values` (an
     instance of the model, unsaved: its fields carry the values), as a Statement for run_all."""
     connection = connections[using]
-    model = type(values)
+    fields, sql = _setting(type(values), attnames, len(pks))
+    return Statement(sql, [*(f.get_db_prep_save(getattr(values, f.attname), connection) for f in fields), *pks])
+
+
+@cache
+def _setting(model, attnames, count):
     fields = [model._meta.get_field(name) for name in attnames]
     assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
-    return Statement(
-        f"UPDATE {quote(model._meta.db_table)} SET {assignments}"
-        f" WHERE {quote(model._meta.pk.column)} IN ({placeholders(pks)})",
-        [*(f.get_db_prep_save(getattr(values, f.attname), connection) for f in fields), *pks],
-    )
+    key = quote(model._meta.pk.column)
+    where = f"{key} = %s" if count == 1 else f"{key} IN ({', '.join(['%s'] * count)})"
+    return fields, f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {where}"
 
 
 def taking(model, column, values, *returned):

@@ -147,8 +147,7 @@ def read_for_fence(task_id, promise_id):
         [
             ('m."id" = %s', [task_id]),
             ('m."id" = %s', [promise_id]),
-            # preload's rule, as _same_branch states it
-            (f'm."branch" = (SELECT "branch" FROM {table} WHERE "id" = %s) AND m."id" <> %s', [task_id, task_id]),
+            (_in_branch(f'(SELECT "branch" FROM {table} WHERE "id" = %s)', alias="m."), [task_id, task_id]),
         ],
     )
     task = None
@@ -162,7 +161,12 @@ def read_for_fence(task_id, promise_id):
 def _same_branch():
     """The preload query, by the promise_branch index (an ORM query compiled per call costs more than it runs)."""
     table = rows.quote(Promise._meta.db_table)
-    return f'SELECT {rows.columns(Promise)} FROM {table} WHERE "branch" = %s AND "id" <> %s ORDER BY "id"'
+    return f'SELECT {rows.columns(Promise)} FROM {table} WHERE {_in_branch("%s")} ORDER BY "id"'
+
+
+def _in_branch(branch, alias=""):
+    """Preload's rule (decision D6) as a condition: the promises of `branch` (SQL), but the task's own (%s)."""
+    return f'{alias}"branch" = {branch} AND {alias}"id" <> %s'
 
 
 def stale_executes(messages):

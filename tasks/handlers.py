@@ -138,8 +138,9 @@ def task_heartbeat(req, now):
     ]
     for task in held_now:
         task.renew_lease(now)
-    if held_now:
-        rows.run_all([rows.updating(held_now, "timeout_kind", "timeout_at")])  # one statement for all of them
+    if held_now:  # one statement for all of them
+        renewing = rows.updating(held_now, "timeout_kind", "timeout_at")
+        rows.execute(renewing.sql, renewing.params)
     return ok()
 
 
