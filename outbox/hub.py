@@ -237,19 +237,23 @@ class RedisHub:
             self.streams.pop(stream.key, None)
             await self._unsubscribe(stream)
             raise HubUnavailable(f"the message hub is unavailable: {error!r}") from error
+        except asyncio.CancelledError:  # the client left while the stream was being set up
+            await self.close(stream)  # else it stayed advertised and refreshed, and took messages nobody read
+            raise
         return stream
 
     async def close(self, stream):
         """Route nothing more to this stream; once this returns, everything routed to it is on its queue.
 
         The advertisement goes first; then the channel is unsubscribed and the relay waits for Redis to
-        confirm it, which comes after every message published to the channel before.
+        confirm it, which comes after every message published to the channel before. Cancelled half-way, it still
+        takes the stream out of this process: a stream left there was refreshed for ever and took messages.
         """
         try:
-            await self._withdraw([stream])
-        except Exception as error:  # a stale advertisement is struck by the first deliverer nobody hears
-            log.info("could not withdraw stream %s/%s: %r", stream.group, stream.id, error)
-        try:
+            try:
+                await self._withdraw([stream])
+            except Exception as error:  # a stale advertisement is struck by the first deliverer nobody hears
+                log.info("could not withdraw stream %s/%s: %r", stream.group, stream.id, error)
             await self._unsubscribe(stream)
         finally:  # from here the relay sends back to the outbox whatever still arrives for this stream
             self.streams.pop(stream.key, None)

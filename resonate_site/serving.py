@@ -2,6 +2,9 @@
 
 - A deadline on request headers: uvicorn closes idle kept-alive connections, but a connection that
   never sends a byte, or trickles its headers, is otherwise held for as long as the client likes.
+- Streams that can tell their client has gone before they write to it (`CLOSING`): uvicorn drops a write to
+  a connection it knows is closed without a word, and a stream that believed it had sent a message would
+  lose it.
 - Server processes (uvicorn workers) that exit when the process that started them is gone: a
   supervisor restarting `serve` after a SIGKILL must find the port free, not held by orphans.
 """
@@ -19,6 +22,9 @@ from floor.conf import resonate_settings
 log = logging.getLogger(__name__)
 
 PARENT = "RESONATE_SERVE_PARENT"  # set by serve for the worker processes it starts
+# The scope extension holding a callable that says whether the request's connection is closing (the client sent
+# FIN or was reset). A stream asks it before each write: the message is then kept for the outbox, not dropped.
+CLOSING = "resonate.closing"
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
@@ -33,6 +39,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self):
         super().on_message_begin()
+        self.scope["extensions"] = {CLOSING: self.transport.is_closing}
         self._expect_headers()
 
     def on_headers_complete(self):

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 from floor.conf import resonate_settings
 from outbox.hub import HubUnavailable, hub, requeue
 from resonate_site.auth import Denied, authenticate_stream
+from resonate_site.serving import CLOSING
 
 KEEPALIVE = ":\n\n"
 
@@ -21,18 +22,25 @@ async def poll(request, group, id):
         return HttpResponse(denied.message, status=denied.status, content_type="text/plain")
     if not await hub().ready():  # the SDKs reconnect after a pause: better than a stream that receives nothing
         return HttpResponse("The message hub is unavailable; reconnect shortly", status=503, content_type="text/plain")
-    response = StreamingHttpResponse(events(group, id), content_type="text/event-stream")
+    closing = request.scope.get("extensions", {}).get(CLOSING, never)
+    response = StreamingHttpResponse(events(group, id, closing), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies must not hold events back
     return response
 
 
-async def events(group, id):
+def never():
+    """Whether the connection is closing, where the server cannot tell (a test client)."""
+    return False
+
+
+async def events(group, id, closing=never):
     """The stream's lines. It is registered here, not in the view, so a client gone before the first line
     never leaves a registered stream behind (the finally below runs only once the generator has started).
 
     At its maximum age the stream is closed in the hub first, then sends what was routed to it before.
-    Whatever it took but never handed on (the client left) goes back to the outbox.
+    Whatever it took but never handed on goes back to the outbox: a message is handed on only while
+    `closing()` says the connection is open, since a write to a closed one is dropped without an error.
     """
     try:
         stream = await hub().register(group, id)
@@ -50,17 +58,39 @@ async def events(group, id):
             except TimeoutError:
                 yield KEEPALIVE
                 continue
+            if closing():
+                return
             yield in_hand[0]
             in_hand = None  # asked for the next line: this one went out
         await hub().close(stream)
         closed = True
-        while not stream.queue.empty():
+        while not stream.queue.empty() and not closing():
             in_hand = stream.queue.get_nowait()
             yield in_hand[0]
             in_hand = None
     finally:
         try:
             if not closed:
-                await hub().close(stream)
+                await to_the_end(hub().close(stream))
         finally:
             requeue(([in_hand[1]] if in_hand else []) + stream.leftovers())
+
+
+async def to_the_end(coroutine):
+    """Run `coroutine` to its end even if this task is cancelled meanwhile, then let the cancellation go on.
+
+    A stream ends when its client leaves, and the server cancels the request soon after: the stream's close in
+    the hub must still finish, and only then is what it left sent back to the outbox (nothing can reach its
+    queue later)."""
+    task = asyncio.ensure_future(coroutine)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError

@@ -57,6 +57,38 @@ def test_many_streams_closing_at_once_leave_no_destination_behind(own_redis):
     assert advertised == 1
 
 
+def test_a_stream_whose_client_leaves_while_it_is_set_up_is_not_left_behind(own_redis):
+    """The client resets its connection while its stream is being advertised: the request is cancelled there. The
+    stream must go with it; left registered, it was refreshed for ever and, as the oldest of its id, took every
+    unicast message for that worker (tests/chaos: 150 timers' unblocks lost at one listener)."""
+    hub = RedisHub(own_redis.url)
+
+    async def scenario():
+        await hub.register("g", "warm")  # the hub is up
+        advertise, advertised = hub._advertise, asyncio.Event()
+
+        async def interrupted(streams):
+            await advertise(streams)  # in Redis already; the client leaves before the stream is handed back
+            advertised.set()
+            await asyncio.Event().wait()
+
+        hub._advertise = interrupted
+        setting_up = asyncio.create_task(hub.register("g", "w1"))
+        await advertised.wait()
+        setting_up.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await setting_up
+        hub._advertise = advertise
+        live = await hub.register("g", "w1")
+        taken = await publish(hub, "poll://uni@g/w1", event(1))
+        return len(hub.streams), taken, await next_line(live), await hub.client.zcard(hub.group_key("g"))
+
+    streams, taken, line, advertised = asyncio.run(scenario())
+    assert streams == 2  # warm and live
+    assert taken == [True] and '"n":1' in line
+    assert advertised == 2
+
+
 def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_it_returns(own_redis):
     """Redis restarted with nothing on disk: subscriptions and advertisements are gone and must come back."""
     hub = RedisHub(own_redis.url)

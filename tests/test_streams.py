@@ -98,3 +98,123 @@ def test_a_message_for_a_stream_that_is_full_waits_in_the_outbox_and_is_not_anno
     retry = resonate_settings.POLL_RETRY_MS
     assert message.state == DeliveryState.PENDING and message.next_attempt_at >= routed_at + retry - 50
     assert announced == []  # the periodic pass sends it again: announcing would spin while the stream is full
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_taken_when_the_connection_is_closing_is_not_written_but_goes_back_to_the_outbox(memory_hub):
+    # uvicorn drops a write to a connection it knows is closed without an error: the stream must not count it sent.
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+    key = message.key
+    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2)
+    gone = False
+
+    async def scenario():
+        lines = events("drain", "w1", closing=lambda: gone)
+        await anext(lines)
+        nonlocal gone
+        gone = True  # the client's FIN arrived while the stream waited
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, [key, 1])]) == [True]
+        return [line async for line in lines]
+
+    written = asyncio.run(scenario())
+
+    assert written == []
+    deadline = time.monotonic() + 5
+    while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert Message.objects.get(key=key).state == DeliveryState.PENDING
+
+
+def test_the_server_tells_a_stream_when_its_client_has_closed_the_connection():
+    import socket
+    import threading
+
+    import uvicorn
+
+    from resonate_site.serving import CLOSING, GuardedHttpProtocol
+
+    seen = {}
+    answered = threading.Event()
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        closing = scope["extensions"][CLOSING]
+        seen["open"] = closing()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+        answered.set()
+        for _ in range(500):
+            if closing():
+                break
+            await asyncio.sleep(0.01)
+        seen["closed"] = closing()
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=GuardedHttpProtocol, log_level="error", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"GET /poll/g/w HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert answered.wait(5)
+            client.shutdown(socket.SHUT_RDWR)  # the client leaves (FIN); the server has written nothing since
+            deadline = time.monotonic() + 6
+            while "closed" not in seen:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert seen == {"open": False, "closed": True}
+
+
+def test_a_stream_cancelled_while_it_closes_still_finishes_closing_before_it_sends_back_what_it_held(
+    own_redis, monkeypatch
+):
+    # The stream saw its connection closing and ended; the server cancels the request while the stream closes in
+    # the hub. Cut short, the close left the stream advertised (and, before, registered: it took messages for ever).
+    import outbox.hub
+    import resonate_site.streams
+
+    redis_hub = outbox.hub.RedisHub(own_redis.url)
+    monkeypatch.setattr(outbox.hub, "_hub", redis_hub)
+    sent_back = []
+    monkeypatch.setattr(resonate_site.streams, "requeue", lambda identities: sent_back.append(list(identities)))
+    gone = False
+
+    async def scenario():
+        nonlocal gone
+        lines = events("g", "w1", closing=lambda: gone)
+        await anext(lines)
+        stream = next(iter(redis_hub.streams.values()))
+        withdraw, withdrawing = redis_hub._withdraw, asyncio.Event()
+
+        async def slow_withdraw(streams):
+            withdrawing.set()
+            await asyncio.sleep(0.2)
+            await withdraw(streams)
+
+        redis_hub._withdraw = slow_withdraw
+        gone = True
+        await asyncio.to_thread(redis_hub.publish_all, [("poll://uni@g/w1", {"kind": "unblock"}, ["u:1:p", 1])])
+        request = asyncio.ensure_future(anext(lines))  # as the server runs it: the request's task
+        await withdrawing.wait()
+        request.cancel()  # the server noticed the client gone
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        return stream.key in redis_hub.streams, await redis_hub.client.zcard(redis_hub.group_key("g"))
+
+    registered, advertised = asyncio.run(scenario())
+    assert not registered and advertised == 0
+    assert sent_back == [[["u:1:p", 1]]]

@@ -105,6 +105,30 @@ def many_streams_reset(deployment, load):
         stream.close()
 
 
+def streams_cut_as_they_open(deployment, load):
+    """For 20 s, each of the load's streams is cut three times in a row within milliseconds of its reopening, while
+    the server sets it up, then left open for 1 to 2 s (a message waits POLL_GRACE_MS, 10 s, for its stream; a
+    stream cut for longer is a worker gone). Cut there, a stream used to stay registered, the oldest of its id, and
+    took its worker's messages."""
+    until = time.monotonic() + 20
+
+    def cut_again_and_again(stream):
+        while time.monotonic() < until:
+            for _ in range(3):
+                opened = stream.connects
+                stream.reset()
+                while stream.connects == opened and time.monotonic() < until:
+                    time.sleep(0.0002)
+                time.sleep(random.uniform(0, 0.003))  # the server subscribes and advertises the stream meanwhile
+            time.sleep(random.uniform(1, 2))
+
+    cutters = [threading.Thread(target=cut_again_and_again, args=(stream,)) for stream in load.streams()]
+    for cutter in cutters:
+        cutter.start()
+    for cutter in cutters:
+        cutter.join()
+
+
 def slow_and_half_open_clients(deployment, load):
     """Bodies trickled a byte a second, headers never finished, connections never used, and clients that vanish
     mid-request; meanwhile /health and the load's own requests must stay fast."""
@@ -155,6 +179,7 @@ FAULTS = [
     Fault("PostgreSQL refusing 10 s", postgres("refuse", 10, then="accept")),
     Fault("PostgreSQL 200 ms slower for 10 s", postgres("delay 200", 10)),
     Fault("110 streams reset at once", many_streams_reset),
+    Fault("streams cut as they open, 20 s", streams_cut_as_they_open),
     Fault("160 slow and half-open clients 10 s", slow_and_half_open_clients),
 ]
 
