@@ -1,6 +1,7 @@
 """The Celery application: in production mode, workers run the timeout sweep and message delivery."""
 
 import functools
+import logging
 import os
 
 from celery import Celery
@@ -8,17 +9,31 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
 
+log = logging.getLogger(__name__)
+
 app = Celery("resonate_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
 class Consumer(CeleryConsumer):
-    """Celery's task consumer, trying a lost broker again every 0.5 to 2 s.
+    """Celery's task consumer, trying a lost broker again every 0.5 to 2 s, and never exiting over what it had
+    reserved when the broker went.
 
     Celery's own pause between attempts grows by 2 s up to 30 s, so a worker came back up to 12 s after
     the end of a 30 s broker outage; the pauses are not a setting, only arguments of kombu's call.
     """
+
+    def on_connection_error_after_connected(self, exc):
+        """Celery closes the lost connection here, and kombu's Redis transport then puts back the messages the
+        worker had reserved but not started. When the transport has already dropped its settings, that raises
+        AttributeError ('NoneType' object has no attribute 'hostname'), which Celery treats as unrecoverable:
+        the worker exited (tests/chaos/test_celery_worker.py caught it). Those messages are wake-ups Beat sends
+        again (the work is in the database), so the worker lets them go and reconnects."""
+        try:
+            super().on_connection_error_after_connected(exc)
+        except AttributeError as error:
+            log.warning("the lost broker connection could not take back reserved wake-ups (%r); reconnecting", error)
 
     def ensure_connected(self, conn):
         conn.ensure_connection = functools.partial(
