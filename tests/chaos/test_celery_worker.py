@@ -34,31 +34,34 @@ def test_a_worker_busy_sweeping_survives_the_broker_going_away_and_takes_tasks_a
     try:
         wait_for_log(log, "timeouts.tasks.sweep", 30)  # sweeping when the broker goes
         for _ in range(3):
-            own_redis.kill()
-            time.sleep(3)
-            assert worker.popen.poll() is None, exited(log)
-            mark = len(log.read_text())
-            own_redis.start()
+            back = broker_away_and_back(own_redis, worker, log)
             # Back, the worker takes what Beat queued meanwhile: one task runs, the next waits reserved. The broker
             # goes again at once, while it holds them.
-            deadline = time.monotonic() + 15
-            while log.read_text()[mark:].count("] received") < 2:
-                assert time.monotonic() < deadline, "the worker took no task after the broker came back"
-                assert worker.popen.poll() is None, exited(log)
-                time.sleep(0.02)
-        own_redis.kill()
-        time.sleep(3)
-        assert worker.popen.poll() is None, exited(log)
-        mark = len(log.read_text())
-        own_redis.start()
-        deadline = time.monotonic() + 10
-        while "timeouts.tasks.sweep" not in log.read_text()[mark:] or "succeeded" not in log.read_text()[mark:]:
-            assert time.monotonic() < deadline, "the worker ran no task after the broker came back"
-            assert worker.popen.poll() is None, exited(log)
-            time.sleep(0.2)
+            until(worker, log, back, lambda text: text.count("] received") >= 2, "took no task", timeout=15)
+        back = broker_away_and_back(own_redis, worker, log)
+        until(worker, log, back, lambda text: "succeeded" in text, "ran no task", timeout=10)
     finally:
         beat.stop()
         worker.stop()
+
+
+def broker_away_and_back(own_redis, worker, log):
+    """Redis gone for 3 s, then started again: where the worker's log stood when it came back."""
+    own_redis.kill()
+    time.sleep(3)
+    assert worker.popen.poll() is None, exited(log)
+    back = len(log.read_text())
+    own_redis.start()
+    return back
+
+
+def until(worker, log, since, seen, failure, timeout):
+    """Wait until seen(the worker's log since `since`), the worker alive throughout."""
+    deadline = time.monotonic() + timeout
+    while not seen(log.read_text()[since:]):
+        assert time.monotonic() < deadline, f"the worker {failure} after the broker came back"
+        assert worker.popen.poll() is None, exited(log)
+        time.sleep(0.02)
 
 
 def exited(log):
