@@ -39,7 +39,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self):
         super().on_message_begin()
-        self.scope["extensions"] = {CLOSING: self.transport.is_closing}
+        self.scope.setdefault("extensions", {})[CLOSING] = self.transport.is_closing
         self._expect_headers()
 
     def on_headers_complete(self):
