@@ -40,7 +40,8 @@ async def events(group, id, closing=never):
 
     At its maximum age the stream is closed in the hub first, then sends what was routed to it before.
     Whatever it took but never handed on goes back to the outbox: a message is handed on only while
-    `closing()` says the connection is open, since a write to a closed one is dropped without an error.
+    `closing()` says the connection is open, since a write to a closed one is dropped without an error, and
+    counts as sent only if the connection was still open when the server asked for the next line.
     """
     try:
         stream = await hub().register(group, id)
@@ -61,6 +62,8 @@ async def events(group, id, closing=never):
             if closing():
                 return
             yield in_hand[0]
+            if closing():  # the write waited for a slow client, whose connection closed meanwhile: it may not have
+                return  # gone out, and is sent again (at least once)
             in_hand = None  # asked for the next line: this one went out
         await hub().close(stream)
         closed = True

@@ -218,3 +218,31 @@ def test_a_stream_cancelled_while_it_closes_still_finishes_closing_before_it_sen
     registered, advertised = asyncio.run(scenario())
     assert not registered and advertised == 0
     assert sent_back == [[["u:1:p", 1]]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_whose_write_outlived_its_connection_goes_back_to_the_outbox(memory_hub):
+    # The write waited for a slow client to read (uvicorn's drain), and the connection closed meanwhile: whether
+    # it went out is unknown, so it is sent again (delivery is at least once).
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+    key = message.key
+    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2)
+    gone = False
+
+    async def scenario():
+        nonlocal gone
+        lines = events("drain", "w1", closing=lambda: gone)
+        await anext(lines)
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, [key, 1])]) == [True]
+        written = await anext(lines)
+        gone = True  # while the server was writing it
+        return written, [line async for line in lines]
+
+    written, after = asyncio.run(scenario())
+
+    assert written == 'data: {"kind":"unblock"}\n\n' and after == []
+    deadline = time.monotonic() + 5
+    while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert Message.objects.get(key=key).state == DeliveryState.PENDING
