@@ -70,6 +70,8 @@ async def events(group, id, closing=never):
         while not stream.queue.empty() and not closing():
             in_hand = stream.queue.get_nowait()
             yield in_hand[0]
+            if closing():  # as above
+                return
             in_hand = None
     finally:
         try:
