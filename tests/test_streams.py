@@ -103,10 +103,7 @@ def test_a_message_for_a_stream_that_is_full_waits_in_the_outbox_and_is_not_anno
 @pytest.mark.django_db(transaction=True)
 def test_a_message_taken_when_the_connection_is_closing_is_not_written_but_goes_back_to_the_outbox(memory_hub):
     # uvicorn drops a write to a connection it knows is closed without an error: the stream must not count it sent.
-    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
-    Message.objects.store([message])
-    key = message.key
-    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2)
+    key = delivered_message()
     gone = False
 
     async def scenario():
@@ -120,10 +117,7 @@ def test_a_message_taken_when_the_connection_is_closing_is_not_written_but_goes_
     written = asyncio.run(scenario())
 
     assert written == []
-    deadline = time.monotonic() + 5
-    while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert Message.objects.get(key=key).state == DeliveryState.PENDING
+    assert back_in_the_outbox(key)
 
 
 def test_the_server_tells_a_stream_when_its_client_has_closed_the_connection():
@@ -224,10 +218,7 @@ def test_a_stream_cancelled_while_it_closes_still_finishes_closing_before_it_sen
 def test_a_message_whose_write_outlived_its_connection_goes_back_to_the_outbox(memory_hub):
     # The write waited for a slow client to read (uvicorn's drain), and the connection closed meanwhile: whether
     # it went out is unknown, so it is sent again (delivery is at least once).
-    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
-    Message.objects.store([message])
-    key = message.key
-    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2)
+    key = delivered_message()
     gone = False
 
     async def scenario():
@@ -242,7 +233,20 @@ def test_a_message_whose_write_outlived_its_connection_goes_back_to_the_outbox(m
     written, after = asyncio.run(scenario())
 
     assert written == 'data: {"kind":"unblock"}\n\n' and after == []
-    deadline = time.monotonic() + 5
+    assert back_in_the_outbox(key)
+
+
+def delivered_message():
+    """An unblock for ADDRESS, stored and marked delivered as a deliverer leaves it: its key."""
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+    Message.objects.filter(key=message.key).update(state=DeliveryState.DELIVERED, delivered_at=2)
+    return message.key
+
+
+def back_in_the_outbox(key, timeout=5):
+    """Whether the message is pending again within `timeout` (the stream sends it back on the loop's executor)."""
+    deadline = time.monotonic() + timeout
     while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert Message.objects.get(key=key).state == DeliveryState.PENDING
+    return Message.objects.get(key=key).state == DeliveryState.PENDING
