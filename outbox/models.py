@@ -72,7 +72,7 @@ class MessageQuerySet(models.QuerySet):
 
 
 class Message(models.Model):
-    key = models.TextField(unique=True)
+    key = models.TextField()  # unique: message_key (a constraint, not unique=True, which adds an index for LIKE)
     kind = models.CharField(max_length=7, choices=MessageKind.choices)
     subject = IdField(help_text="The task id of an execute, the promise id of an unblock.")
     address = models.TextField()
@@ -93,6 +93,7 @@ class Message(models.Model):
     insert_on_conflict = ("key", REPLACED_ON_SET)
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["key"], name="message_key")]
         indexes = [
             models.Index(
                 fields=["next_attempt_at"],

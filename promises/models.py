@@ -160,11 +160,15 @@ class Promise(models.Model):
 class Callback(models.Model):
     """An awaiter registered on an awaited promise: when the awaited settles, the awaiter resumes."""
 
-    awaited = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="callbacks")
-    awaiter = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="awaiting")
+    # Indexes: callback_unique serves lookups by awaited (its first column), callback_awaiter the scrub's by awaiter.
+    # No index of Django's own per foreign key: one would repeat callback_unique, and its text_pattern_ops twin
+    # serves LIKE, which nothing runs here; each costs a write per registration.
+    awaited = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="callbacks", db_index=False)
+    awaiter = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="awaiting", db_index=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["awaited", "awaiter"], name="callback_unique")]
+        indexes = [models.Index(fields=["awaiter"], name="callback_awaiter")]
 
     def __str__(self):
         return f"{self.awaiter_id} awaits {self.awaited_id}"
@@ -207,7 +211,8 @@ class Callback(models.Model):
 class Listener(models.Model):
     """An address that receives an unblock message when the promise settles."""
 
-    promise = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="listeners")
+    # listener_unique serves lookups by promise (its first column): no index of Django's own for the foreign key.
+    promise = models.ForeignKey(Promise, on_delete=models.CASCADE, related_name="listeners", db_index=False)
     address = models.TextField()
 
     class Meta:
