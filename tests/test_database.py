@@ -341,3 +341,26 @@ def test_a_transaction_s_begin_goes_with_its_first_statement(tmp_path):
     assert sent[0].startswith(' "BEGIN; SELECT') and sent[-1] == ' "COMMIT"', sent
     assert not any(query == ' "BEGIN"' for query in sent), sent
     assert connection.get_autocommit() and raw.autocommit  # as atomic() leaves a connection
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_no_column_that_compares_byte_wise_keeps_a_like_index_beside_its_own():
+    """Django adds a text_pattern_ops index beside every unique or indexed text column; on an IdField (COLLATE "C")
+    its own index serves LIKE 'prefix%' already, so the twin only costs writes (floor/schema.py drops them)."""
+    from django.apps import apps
+
+    from floor.schema import pattern_twins
+
+    tables = {model._meta.db_table for model in apps.get_models()}
+    assert {table: pattern_twins(connection, table) for table in tables if pattern_twins(connection, table)} == {}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_prefix_search_on_promise_ids_uses_their_primary_key_index():
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN SELECT id FROM promises_promise WHERE id LIKE 'order-%%'")
+        plan = " ".join(row[0] for row in cursor.fetchall())
+    assert "promises_promise_pkey" in plan
