@@ -3,9 +3,11 @@
 Compiling an ORM query costs 0.5-0.8 ms of CPU here, four times the cost of running it
 (bench/README.md), and every protocol request runs several. These helpers take the table and
 columns from the model's metadata, cache the SQL text, and return ordinary model instances, so
-callers keep working with models. Values go through each field's own get_db_prep_save.
+callers keep working with models. Values become parameters as each field's own get_db_prep_save makes them
+(`prepare`), by a shorter path for the field types the hot tables use.
 """
 
+import json
 import threading
 import weakref
 from contextlib import contextmanager
@@ -13,7 +15,7 @@ from functools import cache
 from typing import NamedTuple
 
 import orjson
-from django.db import IntegrityError, connections
+from django.db import IntegrityError, connections, models
 
 DEFAULT = "default"
 
@@ -74,6 +76,91 @@ class _Opening:
 
     def __getattr__(self, name):
         return getattr(self.cursor, name)
+
+
+def prepare(field, value, connection):
+    """The parameter for storing `value` in `field`: what field.get_db_prep_save(value, connection) returns.
+
+    Django's own call costs a few µs a field through its chain of methods, and a create writes 31 fields. For the
+    values the hot tables hold (str, int, bool, JSON), the same parameter comes from one function picked once per
+    field and vendor; anything else goes through the field's own method. tests/test_rows.py checks both paths give
+    the same parameters for every concrete field of the protocol's models.
+    """
+    return _preparer(field.model, field.attname, connection.vendor)(value, connection)
+
+
+def row_params(row, connection):
+    """The parameters of an INSERT of this model instance's row (the fields of _fields, in order)."""
+    return [prepare(row, connection) for prepare in _row_preparers(type(row), connection.vendor)]
+
+
+@cache
+def _row_preparers(model, vendor):
+    def reading(attname, prepared):
+        return lambda row, connection: prepared(getattr(row, attname), connection)
+
+    return tuple(reading(f.attname, _preparer(model, f.attname, vendor)) for f in _fields(model)[0])
+
+
+@cache  # by model and attname: a Django field hashes slowly (a tuple built per call)
+def _preparer(model, attname, vendor):
+    field = next(f for f in model._meta.concrete_fields if f.attname == attname)
+    own = field.target_field if isinstance(field, models.ForeignKey) else field
+    kind = own.get_internal_type()
+    slow = field.get_db_prep_save
+    if kind in ("CharField", "TextField") and type(own).get_prep_value in _TEXT_PREP:
+
+        def text(value, connection):
+            return value if type(value) is str or value is None else slow(value, connection)
+
+        return text
+    if kind == "BooleanField" and type(own).get_prep_value is models.BooleanField.get_prep_value:
+
+        def boolean(value, connection):
+            return value if type(value) is bool or value is None else slow(value, connection)
+
+        return boolean
+    if vendor == "postgresql" and kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
+        from django.db.backends.postgresql.operations import DatabaseOperations
+
+        wrapped = DatabaseOperations.integerfield_type_map[kind]  # what adapt_integerfield_value wraps it in
+
+        def integer(value, connection):
+            if value is None:
+                return None
+            return wrapped(value) if type(value) is int else slow(value, connection)
+
+        return integer
+    if vendor == "postgresql" and kind == "JSONField" and own.encoder is None and _plain_json(own):
+        from psycopg.types.json import Jsonb
+
+        def jsonb(value, connection):
+            if value is None:
+                return None
+            return Jsonb(value, dumps=_dumps) if type(value) in _JSON_TYPES else slow(value, connection)
+
+        return jsonb
+    return slow
+
+
+_TEXT_PREP = (models.CharField.get_prep_value, models.TextField.get_prep_value)
+_INTEGERS = ("IntegerField", "BigIntegerField", "SmallIntegerField")
+_JSON_TYPES = (dict, list, str, int, bool, float)
+
+
+def _plain_json(field):
+    return type(field).get_prep_value is models.JSONField.get_prep_value and (
+        type(field).get_db_prep_value is models.JSONField.get_db_prep_value
+    )
+
+
+def _dumps(value):
+    """JSON text for a jsonb parameter: orjson's, or the standard library's for what orjson refuses (integers past
+    64 bits); the database stores the same jsonb from either."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value)
 
 
 def quote(name):
@@ -227,7 +314,7 @@ def inserting(instances, on_conflict=None, using=DEFAULT):
     fields, _ = _fields(model)
     row = f"({', '.join(['%s'] * len(fields))})"
     head, _, tail = _insert(model, on_conflict).partition(f" VALUES {row}")
-    params = [f.get_db_prep_save(getattr(instance, f.attname), connection) for instance in instances for f in fields]
+    params = [value for instance in instances for value in row_params(instance, connection)]
     for instance in instances:
         instance._state.adding = False
         instance._state.db = using
@@ -255,11 +342,7 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
                 insert(dependent, on_conflict=getattr(dependent, "insert_on_conflict", None), using=using)
         return existing
     sql = _insert_unless_exists(model, tuple(type(d) for d in dependents), using)
-    params = [
-        f.get_db_prep_save(getattr(row, f.attname), connection)
-        for row in (instance, *dependents)
-        for f in _fields(type(row))[0]
-    ]
+    params = [value for row in (instance, *dependents) for value in row_params(row, connection)]
     params.append(instance.pk)
     for _ in range(3):
         with cursor_of(connection) as cursor:
@@ -313,7 +396,7 @@ def setting(values, *attnames, pks, using=DEFAULT):
     instance of the model, unsaved: its fields carry the values), as a Statement for run_all."""
     connection = connections[using]
     fields, sql = _setting(type(values), attnames, len(pks))
-    return Statement(sql, [*(f.get_db_prep_save(getattr(values, f.attname), connection) for f in fields), *pks])
+    return Statement(sql, [*(prepare(f, getattr(values, f.attname), connection) for f in fields), *pks])
 
 
 @cache
@@ -355,8 +438,8 @@ def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
         f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * len(instances))}) v"
         f" WHERE {' AND '.join(where)}",
         [
-            *(f.get_db_prep_save(getattr(i, f.attname), connection) for i in instances for f in (*matched, *fields)),
-            *(f.get_db_prep_save(value, connection) for f, value in conditions),
+            *(prepare(f, getattr(i, f.attname), connection) for i in instances for f in (*matched, *fields)),
+            *(prepare(f, value, connection) for f, value in conditions),
         ],
     )
 

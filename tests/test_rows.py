@@ -1,0 +1,66 @@
+"""floor.rows.prepare: the parameters the hot statements send are the ones Django's get_db_prep_save gives."""
+
+import json
+
+import pytest
+from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.db import connection, models
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from floor import rows
+
+PROTOCOL_APPS = ("promises", "tasks", "outbox", "schedules")
+FIELDS = [
+    field
+    for app in PROTOCOL_APPS
+    for model in apps.get_app_config(app).get_models()
+    for field in model._meta.concrete_fields
+]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def values_for(field):
+    """What the server stores in this field, and a few values of other types (they take Django's own path)."""
+    own = field.target_field if isinstance(field, models.ForeignKey) else field
+    if isinstance(own, models.JSONField):
+        typical = json_values
+    elif isinstance(own, models.BooleanField):
+        typical = st.booleans()
+    elif isinstance(own, models.IntegerField):
+        typical = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    else:
+        typical = st.text()
+    return typical | st.none() | st.integers(min_value=0, max_value=9) | st.booleans() | st.text(max_size=3)
+
+
+def comparable(param):
+    """A parameter as what it stores: a jsonb wrapper by the JSON it sends, anything else by type and value."""
+    from psycopg.types.json import Jsonb
+
+    if isinstance(param, Jsonb):
+        text = (param.dumps or json.dumps)(param.obj)
+        return "jsonb", json.loads(text)
+    return type(param), param
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_prepare_gives_what_get_db_prep_save_gives_for_every_field_of_the_protocols_models(data):
+    assert len(FIELDS) > 30
+    for field in FIELDS:
+        value = data.draw(values_for(field), label=f"{field.model.__name__}.{field.name}")
+        try:
+            expected = comparable(field.get_db_prep_save(value, connection))
+        except (TypeError, ValueError, ValidationError) as error:  # Django refuses it: so must prepare
+            with pytest.raises(type(error)):
+                rows.prepare(field, value, connection)
+            continue
+        assert comparable(rows.prepare(field, value, connection)) == expected, (field, value)
