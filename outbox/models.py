@@ -131,4 +131,5 @@ class Pause(models.Model):
 
     @classmethod
     def is_paused(cls):
-        return cls.objects.filter(pk=1, paused=True).exists()
+        """Read by every deliverer ten times a second: a cached statement, not an ORM query compiled each time."""
+        return bool(rows.query(f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "id" = 1 AND "paused"'))
