@@ -1,6 +1,5 @@
 """task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
 
-from floor import rows
 from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, searched
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
@@ -122,25 +121,7 @@ def fenced(req, status, data, preload):
 
 def task_heartbeat(req, now):
     """T-05: renew the leases the caller holds; extension E1: an empty list renews every lease of the pid."""
-    refs = {(ref["id"], ref["version"]) for ref in req["tasks"]}
-    if not refs:
-        held_by_pid = Task.objects.filter(pid=req["pid"], state=TaskState.ACQUIRED)
-        refs = set(held_by_pid.values_list("promise_id", "version"))
-    _, tasks = Task.objects.locked_all([task_id for task_id, _ in refs])
-    held_now = [
-        task
-        for task_id, version in sorted(refs)
-        if (task := tasks.get(task_id)) is not None
-        and task.state == TaskState.ACQUIRED
-        and task.version == version
-        and task.pid == req["pid"]
-        and task.promise.is_live(now)
-    ]
-    for task in held_now:
-        task.renew_lease(now)
-    if held_now:  # one statement for all of them
-        renewing = rows.updating(held_now, "timeout_kind", "timeout_at")
-        rows.execute(renewing.sql, renewing.params)
+    Task.objects.renew_leases(req["pid"], sorted({(ref["id"], ref["version"]) for ref in req["tasks"]}), now)
     return ok()
 
 

@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from floor import rows
-from floor.protocol import later
+from floor.protocol import I64_MAX, later
 from promises.models import Promise, PromiseState
 
 
@@ -52,6 +52,39 @@ class TaskQuerySet(models.QuerySet):
         for task in tasks:
             task.promise = promises[task.pk]
         return promises, {task.pk: task for task in tasks}
+
+    def renew_leases(self, pid, refs, now):
+        """T-05's writes as one statement: every task of `refs`, (id, version) pairs (with none, E1: every task),
+        that `pid` holds, at that version, whose promise is live, has its lease renewed (Task.renew_lease, in SQL).
+
+        The promises are locked first, in Promise.objects.lock_all's order (held is MATERIALIZED so that its ORDER BY
+        and its locks run as written, not folded into the UPDATE's join), as for every task write; then the
+        tasks are written. A task written by another transaction while this one waited for its promise's lock is
+        checked again as it stands after that write (READ COMMITTED's recheck of an updated row). PostgreSQL: one
+        statement, in autocommit, so the locks are held for that statement and its commit only.
+        """
+        from django.db import connection
+
+        task, promise = rows.quote(self.model._meta.db_table), rows.quote(Promise._meta.db_table)
+        lock = " FOR UPDATE OF p" if connection.features.has_select_for_update_of else ""
+        if refs:  # each pair bound once, for both steps
+            pairs = ", ".join(["(CAST(%s AS text), CAST(%s AS bigint))"] * len(refs))
+            listed = f'refs ("id", "version") AS (VALUES {pairs}), '
+            matched = ' AND (t."id", t."version") IN (SELECT "id", "version" FROM refs)'
+            also = ' AND ("id", "version") IN (SELECT "id", "version" FROM refs)'
+        else:
+            listed, matched, also = "", "", ""
+        rows.execute(
+            f'WITH {listed}held AS MATERIALIZED (SELECT p."id" FROM {promise} p JOIN {task} t ON t."id" = p."id"'
+            f' WHERE t."pid" = %s AND t."state" = %s AND p."state" = %s AND p."timeout_at" > %s{matched}'
+            f' ORDER BY p."id" DESC{lock})'
+            f' UPDATE {task} SET "timeout_kind" = %s,'
+            ' "timeout_at" = CASE WHEN COALESCE("ttl", 0) > %s - %s THEN %s ELSE %s + COALESCE("ttl", 0) END'
+            f' WHERE "id" IN (SELECT "id" FROM held) AND "pid" = %s AND "state" = %s{also}',
+            [value for ref in refs for value in ref]
+            + [pid, TaskState.ACQUIRED, PromiseState.PENDING, now]
+            + [TimeoutKind.LEASE, I64_MAX, now, I64_MAX, now, pid, TaskState.ACQUIRED],
+        )
 
     def with_projected_state(self, state, now):
         """Tasks whose projected state at `now` (see Task.projected) is `state`."""
@@ -123,7 +156,8 @@ class Task(models.Model):
         self.renew_lease(now)
 
     def renew_lease(self, now):
-        """An acquired task's lease runs for another ttl from `now` (its lease timeout)."""
+        """An acquired task's lease runs for another ttl from `now` (its lease timeout). task.heartbeat renews
+        leases by statement (TaskQuerySet.renew_leases), to the same values."""
         self.timeout_kind, self.timeout_at = TimeoutKind.LEASE, later(now, self.ttl or 0)
 
     def to_suspended(self):

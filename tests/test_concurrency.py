@@ -2,6 +2,7 @@
 
 import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -171,3 +172,58 @@ def operate(rpc, rng, id, ids):
         rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
     else:
         rpc("task.heartbeat", {"pid": "w", "tasks": [{"id": i, "version": version} for i in rng.sample(ids, 3)]})
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_that_waits_for_a_settling_transaction_renews_nothing_it_finished(server):
+    """task.heartbeat renews by one statement (TaskQuerySet.renew_leases) that locks the promise first, as every
+    task write does: a heartbeat blocked behind a fulfilment must find the task fulfilled, not give it a lease."""
+    import psycopg
+    from django.db import connection
+
+    with Client(server) as rpc:
+        action = {"kind": "promise.create", "head": {}, "data": {"id": "hb", "timeoutAt": FAR}}
+        status, created = rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
+        assert status == 200
+        version = created["task"]["version"]
+        dsn = connection.get_connection_params()
+        with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
+            holder.execute("SELECT 1 FROM promises_promise WHERE id = 'hb' FOR UPDATE")  # as task.fulfill does first
+            with ThreadPoolExecutor(1) as pool, Client(server) as other:
+                beat = pool.submit(other, "task.heartbeat", {"pid": "w", "tasks": [{"id": "hb", "version": version}]})
+                time.sleep(0.5)
+                assert not beat.done(), "the heartbeat did not wait for the promise's lock"
+                holder.execute("UPDATE promises_promise SET state = 'resolved', settled_at = 1 WHERE id = 'hb'")
+                holder.execute(
+                    "UPDATE tasks_task SET state = 'fulfilled', pid = NULL, ttl = NULL, timeout_kind = NULL,"
+                    " timeout_at = NULL WHERE id = 'hb'"
+                )
+                holder.commit()
+                assert beat.result(timeout=10)[0] == 200
+        status, task = rpc("task.get", {"id": "hb"})
+        assert task["task"]["state"] == "fulfilled"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT timeout_kind, timeout_at FROM tasks_task WHERE id = 'hb'")
+            assert cursor.fetchone() == (None, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_renews_a_lease_to_what_acquiring_would_and_saturates_at_the_largest_time(server):
+    from django.db import connection
+
+    from floor.protocol import I64_MAX
+
+    with Client(server) as rpc:
+        for id, ttl in (("short", 30_000), ("huge", I64_MAX)):
+            action = {"kind": "promise.create", "head": {}, "data": {"id": id, "timeoutAt": FAR}}
+            assert rpc("task.create", {"pid": "w", "ttl": ttl, "action": action})[0] == 200
+        before = time.time() * 1000
+        refs = [{"id": "short", "version": 1}, {"id": "huge", "version": 1}, {"id": "absent", "version": 1}]
+        assert rpc("task.heartbeat", {"pid": "w", "tasks": refs})[0] == 200
+        after = time.time() * 1000
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, timeout_kind, timeout_at FROM tasks_task ORDER BY id")
+            leases = {id: (kind, at) for id, kind, at in cursor.fetchall()}
+    assert leases["huge"] == (1, I64_MAX)
+    assert leases["short"][0] == 1 and before + 30_000 <= leases["short"][1] <= after + 30_000

@@ -34,7 +34,7 @@ OPERATIONS = {
     "task.create": Operation(s.TaskCreate, tasks.task_create),
     "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
     "task.fence": Operation(s.TaskFence, tasks.task_fence, read_first=tasks.task_fence_read),
-    "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat),
+    "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat, AUTOCOMMIT),
     "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
     "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill),
     "task.release": Operation(s.TaskRelease, tasks.task_release),
