@@ -241,7 +241,7 @@ def record(messages, outcomes, now):
     )
     if connection.vendor == "postgresql":
         sql = "SET LOCAL synchronous_commit TO OFF; " + sql  # one round trip: a simple query of two statements
-    rows.execute(sql, params)
+    rows.execute(sql, params, several=True)
     return states
 
 

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from floor.conf import beat_seconds, from_environment
 
@@ -68,6 +69,16 @@ TEMPLATES = [
 ]
 
 
+def prepare_threshold(value):
+    """DATABASE_PREPARE_THRESHOLD: a count of runs (0: prepare at once), or off."""
+    value = value.strip().lower()
+    if value in ("off", "none", ""):
+        return None
+    if not value.isdigit():
+        raise ImproperlyConfigured(f"DATABASE_PREPARE_THRESHOLD must be a whole number or 'off', not {value!r}")
+    return int(value)
+
+
 def database_from_url(url):
     """One DATABASES entry from DATABASE_URL, tuned per backend (SQLite: WAL + immediate transactions)."""
     db = dj_database_url.parse(url)
@@ -92,8 +103,12 @@ def database_from_url(url):
         }.items():
             options.setdefault(name, value)
         # Client-side binding (Django's default) is relied on: a few hot statements are sent as two in one
-        # query string, one round trip (rows.lock_then_fetch, the outbox's delivery record).
+        # query string, one round trip (rows.lock_then_fetch, the outbox's delivery record). The hot statements
+        # that go alone are bound server-side (floor.rows.cursor_of) and prepared once a connection has run one
+        # this many times: PostgreSQL then plans it once. DATABASE_PREPARE_THRESHOLD=off behind a pooler in
+        # transaction mode that does not keep prepared statements (PgBouncer before 1.21).
         options["server_side_binding"] = False
+        options.setdefault("prepare_threshold", prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5")))
         # No per-request health check (a round trip each): floor.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db

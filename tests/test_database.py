@@ -364,3 +364,37 @@ def test_a_prefix_search_on_promise_ids_uses_their_primary_key_index():
         cursor.execute("EXPLAIN SELECT id FROM promises_promise WHERE id LIKE 'order-%%'")
         plan = " ".join(row[0] for row in cursor.fetchall())
     assert "promises_promise_pkey" in plan
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_hot_statement_run_often_is_prepared_and_planned_once():
+    """floor.rows.cursor_of binds single statements server-side; the connection prepares one it has run
+    DATABASE_PREPARE_THRESHOLD times (5 by default), so PostgreSQL plans it once."""
+    assert connection.settings_dict["OPTIONS"]["prepare_threshold"] == 5
+    answer(envelope("promise.create", {"id": "prepared", "timeoutAt": 2**62}))
+    for _ in range(6):
+        assert answer(envelope("promise.get", {"id": "prepared"}))["head"]["status"] == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [statement for (statement,) in cursor.fetchall()]
+    assert any('FROM "promises_promise" WHERE "id" = $1' in statement for statement in prepared), prepared
+
+
+@pytest.mark.parametrize(
+    ("value", "threshold"), [("5", 5), ("0", 0), (" 12 ", 12), ("off", None), ("OFF", None), ("", None)]
+)
+def test_the_prepare_threshold_is_a_count_or_off(value, threshold):
+    from resonate_site.settings import prepare_threshold
+
+    assert prepare_threshold(value) == threshold
+
+
+@pytest.mark.parametrize("value", ["-1", "five", "1.5", "yes"])
+def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from resonate_site.settings import prepare_threshold
+
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARE_THRESHOLD"):
+        prepare_threshold(value)
