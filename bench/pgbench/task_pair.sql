@@ -1,11 +1,14 @@
 -- What task.create (a new promise, its task acquired by the caller) and then task.fulfill of the same id
 -- send: two transactions (creation as one statement, floor.rows.insert_unless_exists; the settlement as
 -- one statement, floor.rows.run_all, after the promise lock and the task read sent as one query string,
--- floor.rows.lock_then_fetch, which pgbench's \; reproduces). (chr(58) is the colon of resonate:target,
--- which pgbench would otherwise read as a variable.)
+-- floor.rows.lock_then_fetch). A pipeline sends in one round trip what the server sends as one query
+-- string: each lock with its BEGIN, and the lock with the read. Prepared, as the server prepares its
+-- single statements. (chr(58) is the colon of resonate:target, which pgbench would read as a variable.)
 \set n random(1, 1000000000000)
+\startpipeline
 BEGIN;
 SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = 'pt-' || :client_id::text || '-' || :n::text FOR UPDATE;
+\endpipeline
 WITH head AS (INSERT INTO "promises_promise" ("id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch")
     VALUES (('pt-' || :client_id::text || '-' || :n::text)::text, 'pending'::varchar(17), '{}'::jsonb, '{}'::jsonb, ('{"resonate' || chr(58) || 'target": "poll://any@bench"}')::jsonb, 4102444800000::bigint, 1764590000000::bigint, NULL::bigint, true::boolean, false::boolean, NULL::text)
     ON CONFLICT ("id") DO NOTHING RETURNING 1),
@@ -14,9 +17,11 @@ WITH head AS (INSERT INTO "promises_promise" ("id", "state", "param", "value", "
 SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM head
 UNION ALL SELECT false, "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" = ('pt-' || :client_id::text || '-' || :n::text);
 COMMIT;
+\startpipeline
 BEGIN;
-SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" DESC FOR UPDATE \;
+SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" DESC FOR UPDATE ;
 SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" ASC;
+\endpipeline
 WITH s0 AS (UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4, "timeout_armed" = v.column5 FROM (VALUES (CAST('pt-' || :client_id::text || '-' || :n::text AS text), CAST('resolved' AS varchar(17)), CAST('{"data": "NDI="}'::jsonb AS jsonb), CAST(1764590000000 AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1),
   s1 AS (UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]', "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text)),
   s2 AS (DELETE FROM "promises_callback" WHERE "awaiter_id" IN ('pt-' || :client_id::text || '-' || :n::text) AND "awaited_id" NOT IN ('pt-' || :client_id::text || '-' || :n::text)),
