@@ -6,9 +6,8 @@ Starts the server the way README.md tells production users to (manage.py serve o
 fresh database `resonate_bench`), drives POST / with wrk for promise.create (with a target),
 promise.get, promise.settle and the task.create → task.fulfill pair, then runs pgbench with custom
 scripts of the SQL the server sends (bench/pgbench/*.sql, prepared as the server prepares them) at the
-same client counts, and drives the
-peer resonate-pg (../shared/peers/resonate-pg: the protocol as PL/pgSQL behind a stdlib Python HTTP
-server, in a scratch database `rpg_bench`) with the same wrk scripts. Needs wrk and pgbench on the PATH
+same client counts, and drives the peer resonate-pg (../shared/peers/resonate-pg: the protocol as
+PL/pgSQL behind a stdlib Python HTTP server, in a scratch database `rpg_bench`) with the same wrk scripts. Needs wrk and pgbench on the PATH
 (Debian: apt-get install wrk postgresql-contrib); --no-peer when the peer is not beside the project.
 """
 
