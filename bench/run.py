@@ -7,8 +7,9 @@ fresh database `resonate_bench`), drives POST / with wrk for promise.create (wit
 promise.get, promise.settle and the task.create → task.fulfill pair, then runs pgbench with custom
 scripts of the SQL the server sends (bench/pgbench/*.sql, prepared as the server prepares them) at the
 same client counts, and drives the peer resonate-pg (../shared/peers/resonate-pg: the protocol as
-PL/pgSQL behind a stdlib Python HTTP server, in a scratch database `rpg_bench`) with the same wrk scripts. Needs wrk and pgbench on the PATH
-(Debian: apt-get install wrk postgresql-contrib); --no-peer when the peer is not beside the project.
+PL/pgSQL behind a stdlib Python HTTP server, in a scratch database `rpg_bench`) with the same wrk scripts.
+Needs wrk and pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib); --no-peer when the
+peer is not beside the project.
 """
 
 import argparse
