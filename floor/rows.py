@@ -120,15 +120,12 @@ def prepare(field, value, connection):
 
 def row_params(row, connection):
     """The parameters of an INSERT of this model instance's row (the fields of _fields, in order)."""
-    return [prepare(row, connection) for prepare in _row_preparers(type(row), connection.vendor)]
+    return [read(row, connection) for read in _row_preparers(type(row), connection.vendor)]
 
 
 @cache
 def _row_preparers(model, vendor):
-    def reading(attname, prepared):
-        return lambda row, connection: prepared(getattr(row, attname), connection)
-
-    return tuple(reading(f.attname, _preparer(model, f.attname, vendor)) for f in _fields(model)[0])
+    return _readers(model, tuple(f.attname for f in _fields(model)[0]), vendor)
 
 
 @cache  # by model and attname: a Django field hashes slowly (a tuple built per call)
@@ -455,22 +452,43 @@ def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
     """
     connection = connections[using]
     model = type(instances[0])
+    only = only or {}
+    sql, attnames = _updating(model, attnames, tuple(by or ()), tuple(only), len(instances), using)
+    readers = _readers(model, attnames, connection.vendor)
+    params = [read(instance, connection) for instance in instances for read in readers]
+    for name, value in only.items():
+        params.append(_preparer(model, _attname(model, name), connection.vendor)(value, connection))
+    return Statement(sql, params)
+
+
+@cache
+def _updating(model, attnames, by, conditions, count, using):
+    """updating's SQL for this shape (built once: it casts every value, and a field's cast type is slow to ask
+    for), and the attnames whose values it takes from each row, in order."""
+    connection = connections[using]
     matched = [model._meta.get_field(name) for name in by] if by else [model._meta.pk]
     fields = [model._meta.get_field(name) for name in attnames]
-    conditions = [(model._meta.get_field(name), value) for name, value in (only or {}).items()]
     table = quote(model._meta.db_table)
     row = f"({', '.join(f'CAST(%s AS {f.cast_db_type(connection)})' for f in (*matched, *fields))})"
     assignments = ", ".join(f"{quote(f.column)} = v.column{len(matched) + n + 1}" for n, f in enumerate(fields))
     where = [f"{table}.{quote(f.column)} = v.column{n + 1}" for n, f in enumerate(matched)]
-    where += [f"{table}.{quote(f.column)} = %s" for f, _ in conditions]
-    return Statement(
-        f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * len(instances))}) v"
-        f" WHERE {' AND '.join(where)}",
-        [
-            *(prepare(f, getattr(i, f.attname), connection) for i in instances for f in (*matched, *fields)),
-            *(prepare(f, value, connection) for f, value in conditions),
-        ],
-    )
+    where += [f"{table}.{quote(model._meta.get_field(name).column)} = %s" for name in conditions]
+    sql = f"UPDATE {table} SET {assignments} FROM (VALUES {', '.join([row] * count)}) v WHERE {' AND '.join(where)}"
+    return sql, tuple(f.attname for f in (*matched, *fields))
+
+
+@cache
+def _readers(model, attnames, vendor):
+    """Per attname, a function row → its parameter (as _row_preparers, for a chosen list of fields)."""
+
+    def reading(attname, prepared):
+        return lambda row, connection: prepared(getattr(row, attname), connection)
+
+    return tuple(reading(attname, _preparer(model, attname, vendor)) for attname in attnames)
+
+
+def _attname(model, name):
+    return model._meta.get_field(name).attname
 
 
 def run_all(statements, using=DEFAULT):
