@@ -14,6 +14,7 @@ trickles its body holds a coroutine, never a thread.
 """
 
 import asyncio
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -82,7 +83,11 @@ def serve_protocol(body):
 
 
 def host_allowed(scope):
-    host = header(scope, b"host")
+    return allowed_host(header(scope, b"host"))
+
+
+@functools.lru_cache(maxsize=64)  # a deployment has a few names; bounded, as clients choose what they send
+def allowed_host(host):
     domain, _ = split_domain_port(host.decode("latin-1")) if host else ("", "")
     return bool(domain) and validate_host(domain, ALLOWED_HOSTS)
 
