@@ -7,4 +7,5 @@
 - conf: the RESONATE settings block, every default once
 - counters: the Prometheus counters every process keeps (the /metrics view is resonate_site.metrics)
 - loops: the one background loop (the sweeper, the delivery pass, the commands' --loop)
+- schema: migration upkeep Django cannot express (dropping the LIKE indexes that byte-wise ids do not need)
 """
