@@ -7,6 +7,7 @@ callers keep working with models. Values become parameters as each field's own g
 (`prepare`), by a shorter path for the field types the hot tables use.
 """
 
+import contextvars
 import json
 import threading
 import weakref
@@ -46,6 +47,9 @@ def cursor_of(connection, single=False):
         return
     connection.ensure_connection()
     raw = connection.connection
+    held = _held.get()
+    if held:  # statements held for the commit go first: writes keep their order, and reads see them
+        _send_held(connection, "")
     kept = _kept.__dict__.setdefault("cursors", {})
     held, several, one = kept.get(connection.alias, (None, None, None))
     if held is not raw or several.closed or one.closed:
@@ -58,6 +62,52 @@ def cursor_of(connection, single=False):
             yield _Opening(several, raw)
         else:
             yield _Single(one, several) if single else several
+
+
+_held = contextvars.ContextVar("resonate_held_for_commit", default=None)  # see at_commit
+
+
+@contextmanager
+def holding_for_commit():
+    """Within: at_commit may hold writes for the transaction's COMMIT (floor.transactions, on PostgreSQL)."""
+    token = _held.set([])
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
+def at_commit(statements, using=DEFAULT):
+    """Run these writes (Statements that return no rows) as the last of the transaction: held, and sent with its
+    COMMIT in one query string (commit_held), one round trip fewer. Any statement sent in the meantime sends them
+    first, so writes keep their order and later reads see them; an error of theirs surfaces there or at the
+    commit, as a failed commit, and the transaction rolls back. Outside floor.transactions' hold (SQLite, a
+    watched connection, no transaction), they run now."""
+    assert not any(statement.returns for statement in statements)
+    held, connection = _held.get(), connections[using]
+    if held is None or connection.vendor != "postgresql" or connection.queries_logged or connection.execute_wrappers:
+        run_all(statements, using)
+    else:
+        held.extend(statements)
+
+
+def commit_held(using=DEFAULT):
+    """Send the held writes followed by COMMIT, in one query string; whether there were any. The transaction has
+    then ended (Django's commit finds nothing to do: psycopg skips COMMIT once the server reports no transaction)."""
+    if not _held.get():
+        return False
+    _send_held(connections[using], "; COMMIT")
+    return True
+
+
+def _send_held(connection, then):
+    held = _held.get()
+    statements = list(held)
+    held.clear()
+    sql = "; ".join(statement.sql for statement in statements) + then
+    params = [value for statement in statements for value in statement.params]
+    with cursor_of(connection) as cursor:  # nothing is held now: no recursion
+        cursor.execute(sql, params)
 
 
 BOUND_MAX = 65535  # parameters the extended protocol carries with one statement

@@ -1,5 +1,6 @@
 """Running one protocol operation in one transaction, retried when it loses a race or a kept connection."""
 
+import contextlib
 import contextvars
 import enum
 import logging
@@ -8,6 +9,7 @@ import time
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 
+from floor import rows
 from floor.conf import resonate_settings
 
 log = logging.getLogger(__name__)
@@ -79,9 +81,11 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION):
         try:
             if mode is Mode.AUTOCOMMIT and postgresql:
                 return _collecting(operation, args)
-            with transaction.atomic():
+            outermost = not connection.in_atomic_block  # a savepoint's writes are not the commit's to send
+            with transaction.atomic(), (rows.holding_for_commit() if outermost else contextlib.nullcontext()):
                 result = _collecting(operation, args)
                 committing = True
+                rows.commit_held()  # the writes held for the commit, with it (rows.at_commit)
             return result
         except (IntegrityError, OperationalError, InterfaceError) as error:
             if lost_connection(error):

@@ -54,17 +54,17 @@ def acquire(task, pid, ttl, now):
     task.to_acquired(pid, ttl, now)
     promise = task.promise
     if promise.branch is None:
-        task.write()
+        rows.at_commit([task.writing()])  # sent with the commit
         return []
     return records(rows.write_then_fetch(task.writing(), Promise, _same_branch(), [promise.branch, promise.id]), now)
 
 
 def suspend(task, awaited_ids):
     """A held task waits for these live promises (T-06): their callbacks registered and the task stored
-    suspended, one statement on PostgreSQL."""
+    suspended, sent with the commit on PostgreSQL (rows.at_commit)."""
     task.to_suspended()
     callbacks = [Callback.registering(awaited_ids, task.id)] if awaited_ids else []
-    rows.run_all([*callbacks, task.writing()])
+    rows.at_commit([*callbacks, task.writing()])
 
 
 def fulfilling(task_ids):
@@ -83,12 +83,12 @@ def enqueue_resume(awaited_id, awaiter_id, now):
         task.to_pending(retry_at(now))
         task.resumes = [awaited_id]
         writes = [task.writing()]
-        if task.promise.target:  # sent with the task's write, one statement on PostgreSQL
+        if task.promise.target:  # sent with the task's write, and with the commit on PostgreSQL
             writes.append(setting_messages([execute(task.promise.target, task, now)]))
-        rows.run_all(writes)
+        rows.at_commit(writes)
     elif task.state != TaskState.FULFILLED and awaited_id not in task.resumes:
         task.resumes.append(awaited_id)
-        task.write("resumes")
+        rows.at_commit([task.writing("resumes")])
 
 
 def on_task_retry_timeout(task_ids, now):

@@ -321,9 +321,11 @@ def test_hot_statements_follow_the_connection_when_django_replaces_it():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_transaction_s_begin_goes_with_its_first_statement(tmp_path):
-    """psycopg sends BEGIN as a round trip of its own; rows puts it in front of the transaction's first statement.
-    Read off libpq's trace of what the connection sent, so that a psycopg upgrade that changes this is caught."""
+def test_a_transaction_s_begin_goes_with_its_first_statement_and_its_commit_with_its_last_write(tmp_path):
+    """psycopg sends BEGIN and COMMIT as round trips of their own; rows puts BEGIN in front of the transaction's
+    first statement, and sends the writes held for the commit (rows.at_commit) with COMMIT: an acquire is two
+    round trips. Read off libpq's trace of what the connection sent, so that a psycopg upgrade that changes this
+    is caught."""
     from tasks.models import Task
 
     created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}}))
@@ -338,9 +340,64 @@ def test_a_transaction_s_begin_goes_with_its_first_statement(tmp_path):
     sent = [line.split("\t", 4)[-1] for line in trace.read_text().splitlines() if "\tF\t" in line]
 
     assert reply["head"]["status"] == 200 and rows.fetch(Task, "p").state == "acquired"
-    assert sent[0].startswith(' "BEGIN; SELECT') and sent[-1] == ' "COMMIT"', sent
-    assert not any(query == ' "BEGIN"' for query in sent), sent
+    assert len(sent) == 2, sent
+    assert sent[0].startswith(' "BEGIN; SELECT') and sent[1].startswith(' "UPDATE "tasks_task"'), sent
+    assert sent[1].endswith('; COMMIT"'), sent
     assert connection.get_autocommit() and raw.autocommit  # as atomic() leaves a connection
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_after_a_held_write_sends_the_write_first_and_sees_it():
+    from floor.transactions import run_atomically
+    from promises.models import Promise
+
+    answer(envelope("promise.create", {"id": "held", "timeoutAt": 10**13}))
+
+    def write_then_read():
+        rows.at_commit([rows.setting(Promise(timeout_at=5), "timeout_at", pks=["held"])])
+        return rows.fetch(Promise, "held").timeout_at
+
+    assert run_atomically(write_then_read) == 5
+    assert rows.fetch(Promise, "held").timeout_at == 5
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_held_write_that_fails_at_the_commit_rolls_the_whole_transaction_back():
+    from floor.transactions import Busy, run_atomically
+    from promises.models import Promise
+
+    answer(envelope("promise.create", {"id": "first", "timeoutAt": 10**13}))
+    answer(envelope("promise.create", {"id": "taken", "timeoutAt": 10**13}))
+
+    def write_then_hold_a_conflict():
+        rows.update(Promise(id="first", timeout_at=7), "timeout_at")  # sent now
+        rows.at_commit([rows.setting(Promise(id="taken"), "id", pks=["first"])])  # the key exists: fails at commit
+
+    with pytest.raises(Busy):  # an IntegrityError is a lost race, retried, and then given up
+        run_atomically(write_then_hold_a_conflict)
+    assert rows.fetch(Promise, "first").timeout_at == 10**13
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_lost_while_sending_the_held_writes_with_the_commit_is_a_503_not_a_retry(
+    through_proxy, monkeypatch
+):
+    created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}}))
+    assert created["head"]["status"] == 200
+    sends, held = [], rows.commit_held
+
+    def cut_then_commit(*args, **kwargs):
+        sends.append(1)
+        through_proxy("drop")
+        return held(*args, **kwargs)
+
+    monkeypatch.setattr(rows, "commit_held", cut_then_commit)
+    reply = answer(envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60_000}))
+
+    assert reply["head"]["status"] == 503 and sends == [1]
 
 
 @pytest.mark.postgres
