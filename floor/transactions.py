@@ -82,7 +82,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION):
             if mode is Mode.AUTOCOMMIT and postgresql:
                 return _collecting(operation, args)
             outermost = not connection.in_atomic_block  # a savepoint's writes are not the commit's to send
-            with transaction.atomic(), (rows.holding_for_commit() if outermost else contextlib.nullcontext()):
+            with transaction.atomic(), rows.holding_for_commit() if outermost else contextlib.nullcontext():
                 result = _collecting(operation, args)
                 committing = True
                 rows.commit_held()  # the writes held for the commit, with it (rows.at_commit)
