@@ -41,14 +41,13 @@ def cursor_of(connection, single=False):
     or a lost connection. A thread keeps the cursors of its current connection only: when Django replaces
     the connection (its age, a failure), the next statement opens cursors on the new one.
     """
-    if connection.vendor != "postgresql" or connection.queries_logged or connection.execute_wrappers:
+    if not _keeps_cursors(connection):
         with connection.cursor() as cursor:
             yield cursor
         return
     connection.ensure_connection()
     raw = connection.connection
-    held = _held.get()
-    if held:  # statements held for the commit go first: writes keep their order, and reads see them
+    if _held.get():  # statements held for the commit go first: writes keep their order, and reads see them
         _send_held(connection, "")
     kept = _kept.__dict__.setdefault("cursors", {})
     held, several, one = kept.get(connection.alias, (None, None, None))
@@ -62,6 +61,11 @@ def cursor_of(connection, single=False):
             yield _Opening(several, raw)
         else:
             yield _Single(one, several) if single else several
+
+
+def _keeps_cursors(connection):
+    """Whether hot statements go through the kept psycopg cursors: PostgreSQL, and nobody watching the queries."""
+    return connection.vendor == "postgresql" and not connection.queries_logged and not connection.execute_wrappers
 
 
 _held = contextvars.ContextVar("resonate_held_for_commit", default=None)  # see at_commit
@@ -84,20 +88,18 @@ def at_commit(statements, using=DEFAULT):
     commit, as a failed commit, and the transaction rolls back. Outside floor.transactions' hold (SQLite, a
     watched connection, no transaction), they run now."""
     assert not any(statement.returns for statement in statements)
-    held, connection = _held.get(), connections[using]
-    if held is None or connection.vendor != "postgresql" or connection.queries_logged or connection.execute_wrappers:
+    held = _held.get()
+    if held is None or not _keeps_cursors(connections[using]):
         run_all(statements, using)
     else:
         held.extend(statements)
 
 
 def commit_held(using=DEFAULT):
-    """Send the held writes followed by COMMIT, in one query string; whether there were any. The transaction has
-    then ended (Django's commit finds nothing to do: psycopg skips COMMIT once the server reports no transaction)."""
-    if not _held.get():
-        return False
-    _send_held(connections[using], "; COMMIT")
-    return True
+    """Send the held writes, if any, followed by COMMIT, in one query string. The transaction has then ended
+    (Django's commit finds nothing to do: psycopg skips COMMIT once the server reports no transaction)."""
+    if _held.get():
+        _send_held(connections[using], "; COMMIT")
 
 
 def _send_held(connection, then):
@@ -506,8 +508,7 @@ def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
     sql, attnames = _updating(model, attnames, tuple(by or ()), tuple(only), len(instances), using)
     readers = _readers(model, attnames, connection.vendor)
     params = [read(instance, connection) for instance in instances for read in readers]
-    for name, value in only.items():
-        params.append(_preparer(model, _attname(model, name), connection.vendor)(value, connection))
+    params += [prepare(model._meta.get_field(name), value, connection) for name, value in only.items()]
     return Statement(sql, params)
 
 
@@ -535,10 +536,6 @@ def _readers(model, attnames, vendor):
         return lambda row, connection: prepared(getattr(row, attname), connection)
 
     return tuple(reading(attname, _preparer(model, attname, vendor)) for attname in attnames)
-
-
-def _attname(model, name):
-    return model._meta.get_field(name).attname
 
 
 def run_all(statements, using=DEFAULT):
