@@ -1,7 +1,8 @@
 """ASGI entry point: resonate_site.asgi:application, serving everything from one address (the SDKs use one base URL).
 
 - POST / (the protocol) is read whole on the event loop, then answered by the protocol's own code
-  (`respond`: decode, validate, run the handler in its transaction, encode) on a bounded thread pool, with
+  (`respond`: decode, validate, run the handler in its transaction, encode) on a fixed set of threads
+  (resonate_site.serving.ProtocolThreads), with
   none of Django's request machinery around it: no URL resolver, middleware or request and response
   objects. Django stays the schema, the console, /api/, the commands and the settings.
 - GET /health answers on the event loop: it never waits behind protocol requests.
@@ -16,7 +17,6 @@ trickles its body holds a coroutine, never a thread.
 import asyncio
 import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
 
@@ -29,7 +29,7 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from floor.conf import resonate_settings  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
-from resonate_site.serving import watch_parent  # noqa: E402
+from resonate_site.serving import ProtocolThreads, watch_parent  # noqa: E402
 
 STREAM_PREFIXES = ("/poll/",)
 JSON = b"application/json"
@@ -43,7 +43,6 @@ THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor
 from resonate_site.protocol.envelope import refused, respond  # noqa: E402
 
 refuse_unprotected()  # production mode does not start without auth (resonate_site/auth.py)
-protocol_threads = ThreadPoolExecutor(THREADS, thread_name_prefix="resonate-protocol")
 django_wsgi = WSGIMiddleware(get_wsgi_application(), workers=2)
 readiness_wsgi = WSGIMiddleware(get_wsgi_application(), workers=1)
 watch_parent()  # a server process whose supervisor died exits too (resonate_site/serving.py)
@@ -73,13 +72,16 @@ async def protocol(scope, receive, send):
         return
     body = await read_body(scope, receive, send)
     if body is not None:
-        status, reply = await asyncio.get_running_loop().run_in_executor(protocol_threads, serve_protocol, body)
+        status, reply = await protocol_threads.run(body)
         await answer(send, status, reply, JSON)
 
 
 def serve_protocol(body):
     close_old_connections()  # what Django does at each request: drop a connection past its age or broken
     return respond(body)
+
+
+protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol")
 
 
 def host_allowed(scope):
