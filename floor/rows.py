@@ -342,6 +342,25 @@ def lock_then_fetch(model, pks, then, using=DEFAULT):
     )
 
 
+def lock_then_query(model, pks, sql, params, using=DEFAULT):
+    """Lock the rows of `model` with these keys (as lock_then_fetch), then run a read of its own once every lock is
+    held: ([locked instances], [rows of the read]). On PostgreSQL both go in one query string, one round trip."""
+    pks = sorted(set(pks))
+    connection = connections[using]
+    locking = _select_all(model, len(pks), True, _locks(connection, True))
+    with cursor_of(connection) as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"{locking}; {sql}", [*pks, *params])
+            locked = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(locking, pks)
+            locked = cursor.fetchall()
+            cursor.execute(sql, params)
+        found = cursor.fetchall()
+    return [_instance(model, row, connection, using) for row in locked], found
+
+
 @cache
 def _select_all(model, count, descending=False, lock=False):
     key = quote(model._meta.pk.column)

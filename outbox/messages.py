@@ -1,6 +1,7 @@
 """setMessage: put an execute or unblock message in the outbox (replacing one with the same key); it is
 delivered once the transaction commits."""
 
+from floor import rows
 from outbox.delivery import claim_on_write
 from outbox.dispatch import announce, sends_at_once
 from outbox.models import Message, MessageKind
@@ -41,10 +42,14 @@ def set_executes(executes, now):
 
 
 def set_unblocks(unblocks, now):
-    """unblock(record) to each address, for (address, promise record) pairs."""
-    set_messages(
-        [message(MessageKind.UNBLOCK, record["id"], address, {"promise": record}, now) for address, record in unblocks]
-    )
+    """unblock(record) to each address, for (address, promise record) pairs: written with the commit on PostgreSQL
+    (rows.at_commit), as nothing after them in a settlement reads them."""
+    if unblocks:
+        unblocked = [
+            message(MessageKind.UNBLOCK, record["id"], address, {"promise": record}, now)
+            for address, record in unblocks
+        ]
+        rows.at_commit([setting_messages(unblocked)])
 
 
 def setting_messages(messages):

@@ -48,18 +48,21 @@ def settle_all(promises, now):
     promise can never be resumed again); sends unblock to their listeners; resumes their awaiters,
     promise by promise in the given order. Several promises are settled with one statement per step;
     the caller makes sure none of them awaits another (Callback.among), or settles them one by one.
+    Promises read under their locks with nothing registered on them (Promise.unregistered) have no
+    listeners to take or awaiters to resume: their first three steps are sent with the commit.
     """
     ids = [p.id for p in promises]
     for promise in promises:
         promise.timeout_armed = False
-    *_, listened, awaited = rows.run_all(  # one statement on PostgreSQL
-        [
-            rows.updating(promises, "state", "value", "settled_at", "timeout_armed"),
-            fulfilling(ids),
-            Callback.scrubbing(ids),
-            *taking_registrations(ids),
-        ]
-    )
+    settling = [
+        rows.updating(promises, "state", "value", "settled_at", "timeout_armed"),
+        fulfilling(ids),
+        Callback.scrubbing(ids),
+    ]
+    if all(promise.unregistered for promise in promises):
+        rows.at_commit(settling)  # nothing to take and nothing to follow up: the writes go with the commit
+        return
+    *_, listened, awaited = rows.run_all([*settling, *taking_registrations(ids)])  # one statement on PostgreSQL
     listeners, awaiters = registrations(listened, awaited)
     records = {p.id: p.to_record() for p in promises}
     set_unblocks([(address, records[id]) for id in ids for address in listeners.get(id, [])], now)

@@ -28,7 +28,7 @@ def promise_create(req, now, found=None):
 
 def promise_settle(req, now):
     """P-03: settle a live promise; a settled or expired one is returned as it reads now, unchanged."""
-    promise = Promise.objects.locked(req["id"])
+    promise = Promise.objects.locked_to_settle(req["id"])
     if promise is None:
         return PROMISE_NOT_FOUND
     if promise.is_live(now):

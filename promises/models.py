@@ -44,6 +44,26 @@ class PromiseQuerySet(models.QuerySet):
         """
         return rows.fetch(self.model, promise_id, lock=True)
 
+    def locked_to_settle(self, promise_id):
+        """locked(), and whether the promise has no registrations (no listener, no awaiter) on its `unregistered`.
+
+        Read once the lock is held, in one round trip with it (rows.lock_then_query): their writers lock the
+        promise first, so none is added or taken until this transaction ends. Settling a promise known to have
+        none sends its writes with the commit (settle_all).
+        """
+        listener, callback = (rows.quote(m._meta.db_table) for m in (Listener, Callback))
+        locked, ((registered,),) = rows.lock_then_query(
+            self.model,
+            [promise_id],
+            f'SELECT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
+            f' OR EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
+            [promise_id, promise_id],
+        )
+        if not locked:
+            return None
+        locked[0].unregistered = not registered
+        return locked[0]
+
     def lock_all(self, ids):
         """Lock several promises at once, in descending id order; returns {id: promise} for those that exist.
 
@@ -66,6 +86,9 @@ class PromiseQuerySet(models.QuerySet):
 
 
 class Promise(models.Model):
+    # Not stored: True when the promise was read under its lock with none registered on it (locked_to_settle).
+    unregistered = False
+
     id = IdField(primary_key=True)
     state = models.CharField(max_length=17, choices=PromiseState.choices, default=PromiseState.PENDING)
     param = models.JSONField(default=dict)

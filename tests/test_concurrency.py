@@ -227,3 +227,40 @@ def test_a_heartbeat_renews_a_lease_to_what_acquiring_would_and_saturates_at_the
             leases = {id: (kind, at) for id, kind, at in cursor.fetchall()}
     assert leases["huge"] == (1, I64_MAX)
     assert leases["short"][0] == 1 and before + 30_000 <= leases["short"][1] <= after + 30_000
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("registration", ["listener", "callback"])
+def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_registered(server, registration):
+    """promise.settle asks whether anything is registered on the promise once it holds the promise's lock
+    (PromiseQuerySet.locked_to_settle), and only a promise with nothing registered has its writes sent with the
+    commit, with no listener taken and no awaiter resumed. Asked in the locking statement's own snapshot, taken
+    before the wait, the answer would miss a registration committed by the transaction it waited for: the
+    listener would get no unblock, and the callback would be left behind."""
+    import psycopg
+    from django.db import connection
+
+    from outbox.models import Message
+    from promises.models import Callback, Listener
+
+    with Client(server) as rpc:
+        assert rpc("promise.create", {"id": "rs", "timeoutAt": FAR})[0] == 200
+        assert rpc("promise.create", {"id": "rs-awaiter", "timeoutAt": FAR})[0] == 200
+        dsn = connection.get_connection_params()
+        with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
+            holder.execute("SELECT 1 FROM promises_promise WHERE id = 'rs' FOR UPDATE")  # as a registration does
+            if registration == "listener":
+                holder.execute("INSERT INTO promises_listener (promise_id, address) VALUES ('rs', 'poll://uni@g/w')")
+            else:
+                holder.execute("INSERT INTO promises_callback (awaited_id, awaiter_id) VALUES ('rs', 'rs-awaiter')")
+            with ThreadPoolExecutor(1) as pool, Client(server) as other:
+                settle = pool.submit(other, "promise.settle", {"id": "rs", "state": "resolved", "value": {}})
+                time.sleep(0.5)
+                assert not settle.done(), "the settle did not wait for the promise's lock"
+                holder.commit()
+                assert settle.result(timeout=10)[0] == 200
+    assert not Listener.objects.filter(promise_id="rs").exists()
+    assert not Callback.objects.filter(awaited_id="rs").exists()
+    if registration == "listener":
+        assert Message.objects.filter(kind="unblock", address="poll://uni@g/w").count() == 1

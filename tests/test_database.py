@@ -455,3 +455,46 @@ def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(
 
     with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARE_THRESHOLD"):
         prepare_threshold(value)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_settle_with_nothing_registered_is_two_round_trips_and_one_with_a_listener_is_three(tmp_path):
+    """promise.settle locks the promise and asks whether anything is registered on it in one round trip; with
+    nothing registered its writes go with COMMIT (two round trips in all). With a listener the settlement takes
+    it and writes its unblock: a round trip for the settlement, then the unblock with the COMMIT. A round trip
+    is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent)."""
+    from promises.models import Promise
+
+    def round_trips(body):
+        raw, trace = connection.connection, tmp_path / "libpq.trace"
+        with open(trace, "w") as sink:
+            raw.pgconn.trace(sink.fileno())
+            try:
+                reply = answer(body)
+            finally:
+                raw.pgconn.untrace()
+        assert reply["head"]["status"] == 200, reply
+        sent = [line.split("\t")[3:] for line in trace.read_text().splitlines() if "\tF\t" in line]
+        trips, current = [], []
+        for kind, *rest in sent:
+            current.append(rest[0] if kind == "Query" else kind)
+            if kind in ("Query", "Sync"):
+                trips.append(current)
+                current = []
+        return [trip[0] if len(trip) == 1 else trip for trip in trips]
+
+    for id in ("alone", "listened"):
+        assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
+    listen = {"awaited": "listened", "address": "poll://uni@g/w"}
+    assert answer(envelope("promise.register_listener", listen))["head"]["status"] == 200
+
+    alone = round_trips(envelope("promise.settle", {"id": "alone", "state": "resolved", "value": {}}))
+    assert len(alone) == 2, alone
+    assert alone[0].startswith(' "BEGIN; SELECT') and "EXISTS" in alone[0], alone
+    assert alone[1].startswith(' "UPDATE "promises_promise"') and alone[1].endswith('; COMMIT"'), alone
+
+    listened = round_trips(envelope("promise.settle", {"id": "listened", "state": "resolved", "value": {}}))
+    assert len(listened) == 3, listened
+    assert listened[2].startswith(' "INSERT INTO "outbox_message"') and listened[2].endswith('; COMMIT"'), listened
+    assert rows.fetch(Promise, "alone").state == rows.fetch(Promise, "listened").state == "resolved"
