@@ -324,41 +324,43 @@ def lock_then_fetch(model, pks, then, using=DEFAULT):
     pks = sorted(set(pks))
     if not pks:
         return [], []
+    locked, (found,) = lock_then_query(model, pks, [reading(then, pks)], using)
+    return locked, instances(then, found, using)
+
+
+def reading(model, pks):
+    """The read, (sql, params), of the rows of `model` with these keys, as lock_then_query takes it."""
+    return _select_all(model, len(pks)), list(pks)
+
+
+def instances(model, found, using=DEFAULT):
+    """Rows the model's columns were read for (as `reading` reads them), as model instances."""
     connection = connections[using]
-    locking, reading = _select_all(model, len(pks), True, _locks(connection, True)), _select_all(then, len(pks))
-    with cursor_of(connection) as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"{locking}; {reading}", pks + pks)
-            locked = cursor.fetchall()
-            cursor.nextset()
-        else:
-            cursor.execute(locking, pks)
-            locked = cursor.fetchall()
-            cursor.execute(reading, pks)
-        found = cursor.fetchall()
-    return (
-        [_instance(model, row, connection, using) for row in locked],
-        [_instance(then, row, connection, using) for row in found],
-    )
+    return [_instance(model, row, connection, using) for row in found]
 
 
-def lock_then_query(model, pks, sql, params, using=DEFAULT):
-    """Lock the rows of `model` with these keys (as lock_then_fetch), then run a read of its own once every lock is
-    held: ([locked instances], [rows of the read]). On PostgreSQL both go in one query string, one round trip."""
+def lock_then_query(model, pks, reads, using=DEFAULT):
+    """Lock the rows of `model` with these keys (as lock_then_fetch), then run each read, (sql, params), once every
+    lock is held, each with its own snapshot: ([locked instances], [the rows of each read]). On PostgreSQL all
+    go in one query string, one round trip."""
     pks = sorted(set(pks))
     connection = connections[using]
     locking = _select_all(model, len(pks), True, _locks(connection, True))
+    found = []
     with cursor_of(connection) as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(f"{locking}; {sql}", [*pks, *params])
+            cursor.execute("; ".join([locking, *(sql for sql, _ in reads)]), [*pks, *(v for _, p in reads for v in p)])
             locked = cursor.fetchall()
-            cursor.nextset()
+            for _ in reads:
+                cursor.nextset()
+                found.append(cursor.fetchall())
         else:
             cursor.execute(locking, pks)
             locked = cursor.fetchall()
-            cursor.execute(sql, params)
-        found = cursor.fetchall()
-    return [_instance(model, row, connection, using) for row in locked], found
+            for sql, params in reads:
+                cursor.execute(sql, params)
+                found.append(cursor.fetchall())
+    return instances(model, locked, using), found
 
 
 @cache

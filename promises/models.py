@@ -45,24 +45,11 @@ class PromiseQuerySet(models.QuerySet):
         return rows.fetch(self.model, promise_id, lock=True)
 
     def locked_to_settle(self, promise_id):
-        """locked(), and whether the promise has no registrations (no listener, no awaiter) on its `unregistered`.
-
-        Read once the lock is held, in one round trip with it (rows.lock_then_query): their writers lock the
-        promise first, so none is added or taken until this transaction ends. Settling a promise known to have
-        none sends its writes with the commit (settle_all).
-        """
-        listener, callback = (rows.quote(m._meta.db_table) for m in (Listener, Callback))
-        locked, ((registered,),) = rows.lock_then_query(
-            self.model,
-            [promise_id],
-            f'SELECT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
-            f' OR EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
-            [promise_id, promise_id],
-        )
+        """locked(), knowing whether the promise has anything registered on it (Promise.unregistered)."""
+        locked, (registered,) = rows.lock_then_query(self.model, [promise_id], [registered_on(promise_id)])
         if not locked:
             return None
-        locked[0].unregistered = not registered
-        return locked[0]
+        return knowing_registrations(locked[0], registered)
 
     def lock_all(self, ids):
         """Lock several promises at once, in descending id order; returns {id: promise} for those that exist.
@@ -86,7 +73,7 @@ class PromiseQuerySet(models.QuerySet):
 
 
 class Promise(models.Model):
-    # Not stored: True when the promise was read under its lock with none registered on it (locked_to_settle).
+    # Not stored: True when the promise was read under its lock with nothing registered on it (registered_on).
     unregistered = False
 
     id = IdField(primary_key=True)
@@ -255,6 +242,29 @@ def taking_registrations(promise_ids):
         rows.taking(Listener, "promise_id", promise_ids, "promise_id", "address"),
         rows.taking(Callback, "awaited_id", promise_ids, "id", "awaited_id", "awaiter_id"),
     ]
+
+
+def registered_on(promise_id):
+    """The read (sql, params) of whether any listener or awaiter is registered on the promise.
+
+    Asked once the promise's lock is held, in the same round trip (rows.lock_then_query): registrations are
+    written and taken under that lock, so the answer holds until the transaction ends. Asked in the locking
+    statement itself, it would come from the snapshot taken before the lock was waited for.
+    """
+    listener, callback = (rows.quote(m._meta.db_table) for m in (Listener, Callback))
+    return (
+        f'SELECT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
+        f' OR EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
+        [promise_id, promise_id],
+    )
+
+
+def knowing_registrations(promise, registered):
+    """The promise, marked unregistered when registered_on found nothing: settling it sends its writes with the
+    commit (settle_all)."""
+    ((found,),) = registered
+    promise.unregistered = not found
+    return promise
 
 
 def registrations(listened, awaited):

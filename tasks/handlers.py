@@ -147,7 +147,7 @@ def task_suspend(req, now):
 
 def task_fulfill(req, now):
     """T-07: the holder settles the task's own promise; the task is fulfilled with it."""
-    task = Task.objects.locked(req["id"])
+    task = Task.objects.locked_to_settle(req["id"])
     if task is None:
         return TASK_NOT_FOUND
     refused = held(task, req, now)

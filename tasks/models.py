@@ -7,7 +7,7 @@ from django.db.models import Q
 
 from floor import rows
 from floor.protocol import I64_MAX, later
-from promises.models import Promise, PromiseState
+from promises.models import Promise, PromiseState, knowing_registrations, registered_on
 
 
 class TaskState(models.TextChoices):
@@ -38,6 +38,18 @@ class TaskQuerySet(models.QuerySet):
     def locked(self, task_id):
         """The task with its promise, for writing: the promise row is locked, and it guards the task too."""
         return self.locked_all([task_id])[1].get(task_id)
+
+    def locked_to_settle(self, task_id):
+        """locked(), its promise knowing whether anything is registered on it (registered_on), in the same round trip:
+        for task.fulfill, which settles the task's promise."""
+        promises, (found, registered) = rows.lock_then_query(
+            Promise, [task_id], [rows.reading(self.model, [task_id]), registered_on(task_id)]
+        )
+        if not promises or not found:
+            return None
+        (task,) = rows.instances(self.model, found)
+        task.promise = knowing_registrations(promises[0], registered)
+        return task
 
     def locked_all(self, ids):
         """Lock these promises (Promise.objects.lock_all's order), then read their tasks: ({id: promise}, {id: task}).

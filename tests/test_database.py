@@ -459,7 +459,7 @@ def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_settle_with_nothing_registered_is_two_round_trips_and_one_with_a_listener_is_three(tmp_path):
+def test_a_settle_or_fulfil_with_nothing_registered_is_two_round_trips_and_a_settle_with_a_listener_three(tmp_path):
     """promise.settle locks the promise and asks whether anything is registered on it in one round trip; with
     nothing registered its writes go with COMMIT (two round trips in all). With a listener the settlement takes
     it and writes its unblock: a round trip for the settlement, then the unblock with the COMMIT. A round trip
@@ -497,4 +497,12 @@ def test_a_settle_with_nothing_registered_is_two_round_trips_and_one_with_a_list
     listened = round_trips(envelope("promise.settle", {"id": "listened", "state": "resolved", "value": {}}))
     assert len(listened) == 3, listened
     assert listened[2].startswith(' "INSERT INTO "outbox_message"') and listened[2].endswith('; COMMIT"'), listened
-    assert rows.fetch(Promise, "alone").state == rows.fetch(Promise, "listened").state == "resolved"
+
+    action = {"kind": "promise.create", "head": {}, "data": {"id": "held", "timeoutAt": 10**13}}
+    created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
+    settle = {"kind": "promise.settle", "head": {}, "data": {"id": "held", "state": "resolved", "value": {}}}
+    fulfil = {"id": "held", "version": created["data"]["task"]["version"], "action": settle}
+    fulfilled = round_trips(envelope("task.fulfill", fulfil))
+    assert len(fulfilled) == 2, fulfilled  # task.fulfill asks the same question of the task's promise
+    assert "EXISTS" in fulfilled[0] and fulfilled[1].endswith('; COMMIT"'), fulfilled
+    assert {rows.fetch(Promise, id).state for id in ("alone", "listened", "held")} == {"resolved"}
