@@ -5,7 +5,7 @@
 Each operation runs n times under `valgrind --tool=callgrind`, for two values of n; the difference
 divided by the difference in n is the cost of one request, startup cancelled out. By default a request
 goes through the server's own path, resonate_site.asgi's application (the body read on the event loop,
-respond() on the protocol's thread pool: validation, handler, database driver, reply); --path django
+respond() on the protocol's threads: validation, handler, database driver, reply); --path django
 sends it through Django's WSGI handler instead (middleware, the DRF view: the path the test client and
 WSGI servers use). Not counted: the HTTP parsing of uvicorn, the delivery of the messages a request
 writes (the deliverer thread of a server process), and the database server's own instructions.

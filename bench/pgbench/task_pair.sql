@@ -1,9 +1,11 @@
 -- What task.create (a new promise, its task acquired by the caller) and then task.fulfill of the same id
--- send: two transactions (creation as one statement, floor.rows.insert_unless_exists; the settlement as
--- one statement, floor.rows.run_all, after the promise lock and the task read sent as one query string,
--- floor.rows.lock_then_fetch). A pipeline sends in one round trip what the server sends as one query
--- string: each lock with its BEGIN, and the lock with the read. Prepared, as the server prepares its
--- single statements. (chr(58) is the colon of resonate:target, which pgbench would read as a variable.)
+-- send: two transactions (creation as one statement, floor.rows.insert_unless_exists; for the fulfilment,
+-- the promise lock, the task read and whether anything is registered on the promise as one query string,
+-- floor.rows.lock_then_query, then the settlement's writes with COMMIT, floor.rows.at_commit). A pipeline
+-- sends in one round trip what the server sends as one query string: each lock with its BEGIN, the lock
+-- with its reads, the last writes with COMMIT. Prepared, as the server prepares its single statements (it
+-- binds those it sends with COMMIT client-side). (chr(58) is the colon of resonate:target, which pgbench
+-- would read as a variable.)
 \set n random(1, 1000000000000)
 \startpipeline
 BEGIN;
@@ -21,11 +23,11 @@ COMMIT;
 BEGIN;
 SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" DESC FOR UPDATE ;
 SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" ASC;
+SELECT EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = 'pt-' || :client_id::text || '-' || :n::text) OR EXISTS (SELECT 1 FROM "promises_callback" WHERE "awaited_id" = 'pt-' || :client_id::text || '-' || :n::text);
 \endpipeline
-WITH s0 AS (UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4, "timeout_armed" = v.column5 FROM (VALUES (CAST('pt-' || :client_id::text || '-' || :n::text AS text), CAST('resolved' AS varchar(17)), CAST('{"data": "NDI="}'::jsonb AS jsonb), CAST(1764590000000 AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1),
-  s1 AS (UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]', "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text)),
-  s2 AS (DELETE FROM "promises_callback" WHERE "awaiter_id" IN ('pt-' || :client_id::text || '-' || :n::text) AND "awaited_id" NOT IN ('pt-' || :client_id::text || '-' || :n::text)),
-  s3 AS (DELETE FROM "promises_listener" WHERE "promise_id" IN ('pt-' || :client_id::text || '-' || :n::text) RETURNING "promise_id", "address"),
-  s4 AS (DELETE FROM "promises_callback" WHERE "awaited_id" IN ('pt-' || :client_id::text || '-' || :n::text) RETURNING "id", "awaited_id", "awaiter_id")
-SELECT 3, row_to_json(s3)::text FROM s3 UNION ALL SELECT 4, row_to_json(s4)::text FROM s4;
+\startpipeline
+UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4, "timeout_armed" = v.column5 FROM (VALUES (CAST('pt-' || :client_id::text || '-' || :n::text AS text), CAST('resolved' AS varchar(17)), CAST('{"data": "NDI="}'::jsonb AS jsonb), CAST(1764590000000 AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1;
+UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]'::jsonb, "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = 'pt-' || :client_id::text || '-' || :n::text;
+DELETE FROM "promises_callback" WHERE "awaiter_id" IN ('pt-' || :client_id::text || '-' || :n::text) AND "awaited_id" NOT IN ('pt-' || :client_id::text || '-' || :n::text);
 COMMIT;
+\endpipeline
