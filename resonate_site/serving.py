@@ -90,8 +90,8 @@ class ProtocolThreads:
     What run_in_executor on a ThreadPoolExecutor does, less its layers (a work item and a
     concurrent.futures Future chained to an asyncio one, each with its own locks and callbacks): an item goes
     in by one queue, its result comes back by one call_soon_threadsafe. The difference is most of a cheap
-    request's cost outside its handler: promise.get 0.78 -> 0.66 M instructions, promise.create 1.44 ->
-    1.26 M (bench/README.md, 2026-12-02).
+    request's cost outside its handler: promise.get 0.78 -> 0.67 M instructions, promise.create 1.40 ->
+    1.26 M (bench/README.md, 2026-12-02, second session).
 
     The threads are daemons, as uvicorn's graceful shutdown waits for the requests in flight: a process
     that exits has none running. A process killed in the middle of one loses it as any killed process does
