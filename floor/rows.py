@@ -313,21 +313,6 @@ def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
     return [_instance(model, row, connection, using) for row in rows]
 
 
-def lock_then_fetch(model, pks, then, using=DEFAULT):
-    """Lock the rows of `model` with these keys (in descending key order), then read the rows of `then` with them.
-
-    ([locked instances], [instances of `then`]), by key. The second read starts once every lock is held, so
-    it sees what the holders of those locks committed: under READ COMMITTED a row read by the statement
-    that waited for a lock comes from that statement's older snapshot. On PostgreSQL the two statements
-    go in one query string, one round trip, each with its own snapshot.
-    """
-    pks = sorted(set(pks))
-    if not pks:
-        return [], []
-    locked, (found,) = lock_then_query(model, pks, [reading(then, pks)], using)
-    return locked, instances(then, found, using)
-
-
 def reading(model, pks):
     """The read, (sql, params), of the rows of `model` with these keys, as lock_then_query takes it."""
     return _select_all(model, len(pks)), list(pks)
@@ -340,9 +325,13 @@ def instances(model, found, using=DEFAULT):
 
 
 def lock_then_query(model, pks, reads, using=DEFAULT):
-    """Lock the rows of `model` with these keys (as lock_then_fetch), then run each read, (sql, params), once every
-    lock is held, each with its own snapshot: ([locked instances], [the rows of each read]). On PostgreSQL all
-    go in one query string, one round trip."""
+    """Lock the rows of `model` with these keys (in descending key order), then run each read, (sql, params):
+    ([locked instances], [the rows of each read]).
+
+    The reads start once every lock is held, so they see what the holders of those locks committed: under READ
+    COMMITTED a row read by the statement that waited for a lock comes from that statement's older snapshot.
+    On PostgreSQL all go in one query string, one round trip, each statement with its own snapshot.
+    """
     pks = sorted(set(pks))
     connection = connections[using]
     locking = _select_all(model, len(pks), True, _locks(connection, True))

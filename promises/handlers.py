@@ -26,9 +26,13 @@ def promise_create(req, now, found=None):
     return ok(promise=promise.to_record())
 
 
-def promise_settle(req, now):
-    """P-03: settle a live promise; a settled or expired one is returned as it reads now, unchanged."""
-    promise = Promise.objects.locked_to_settle(req["id"])
+def promise_settle(req, now, locked=None):
+    """P-03: settle a live promise; a settled or expired one is returned as it reads now, unchanged.
+
+    `locked`: {id: promise} as the caller has read them under their locks, this one knowing its registrations
+    (task.fence, TaskQuerySet.locked_all's `settling`).
+    """
+    promise = Promise.objects.locked_to_settle(req["id"]) if locked is None else locked.get(req["id"])
     if promise is None:
         return PROMISE_NOT_FOUND
     if promise.is_live(now):

@@ -102,8 +102,8 @@ def database_from_url(url):
             "keepalives_count": 3,
         }.items():
             options.setdefault(name, value)
-        # Client-side binding (Django's default) is relied on: a few hot statements are sent as two in one
-        # query string, one round trip (rows.lock_then_fetch, the outbox's delivery record). The hot statements
+        # Client-side binding (Django's default) is relied on: a few hot statements are sent several to one
+        # query string, one round trip (rows.lock_then_query, rows.at_commit, the delivery record). The hot statements
         # that go alone are bound server-side (floor.rows.cursor_of) and prepared once a connection has run one
         # this many times: PostgreSQL then plans it once. DATABASE_PREPARE_THRESHOLD=off behind a pooler in
         # transaction mode that does not keep prepared statements (PgBouncer before 1.21).

@@ -76,7 +76,8 @@ def task_acquire(req, now):
 def task_fence(req, now):
     """T-04: run a promise.create or promise.settle only while the caller holds the task."""
     action = req["action"]
-    promises, tasks = Task.objects.locked_all([action["data"]["id"], req["id"]])
+    settling = action["data"]["id"] if action["kind"] == "promise.settle" else None
+    promises, tasks = Task.objects.locked_all([action["data"]["id"], req["id"]], settling=settling)
     task = tasks.get(req["id"])
     if task is None:
         return TASK_NOT_FOUND
@@ -86,7 +87,7 @@ def task_fence(req, now):
     if action["kind"] == "promise.create":
         status, data = promise_create(action["data"], now, found=promises.get(action["data"]["id"]))
     else:
-        status, data = promise_settle(action["data"], now)
+        status, data = promise_settle(action["data"], now, locked=promises)
     return fenced(req, status, data, preload(task.promise, now))
 
 

@@ -40,27 +40,25 @@ class TaskQuerySet(models.QuerySet):
         return self.locked_all([task_id])[1].get(task_id)
 
     def locked_to_settle(self, task_id):
-        """locked(), its promise knowing whether anything is registered on it (registered_on), in the same round trip:
-        for task.fulfill, which settles the task's promise."""
-        promises, (found, registered) = rows.lock_then_query(
-            Promise, [task_id], [rows.reading(self.model, [task_id]), registered_on(task_id)]
-        )
-        if not promises or not found:
-            return None
-        (task,) = rows.instances(self.model, found)
-        task.promise = knowing_registrations(promises[0], registered)
-        return task
+        """locked(), its promise knowing whether anything is registered on it: for task.fulfill, which settles it."""
+        return self.locked_all([task_id], settling=task_id)[1].get(task_id)
 
-    def locked_all(self, ids):
+    def locked_all(self, ids, settling=None):
         """Lock these promises (Promise.objects.lock_all's order), then read their tasks: ({id: promise}, {id: task}).
 
-        Each task has its promise attached. The tasks are read after the locks are held (rows.lock_then_fetch),
+        Each task has its promise attached. The tasks are read after the locks are held (rows.lock_then_query),
         so the read may find the task of a promise created since the lock statement began, which it did not
-        lock: that task is left out, as if it had been read with the promises.
+        lock: that task is left out, as if it had been read with the promises. `settling`: the id of a locked
+        promise the caller will settle, which then knows whether anything is registered on it (registered_on,
+        read in the same round trip).
         """
-        promises, tasks = rows.lock_then_fetch(Promise, ids, self.model)
-        promises = {promise.pk: promise for promise in promises}
-        tasks = [task for task in tasks if task.pk in promises]
+        pks = sorted(set(ids))
+        reads = [rows.reading(self.model, pks), *([registered_on(settling)] if settling is not None else [])]
+        locked, (found, *registered) = rows.lock_then_query(Promise, pks, reads)
+        promises = {promise.pk: promise for promise in locked}
+        if settling in promises:
+            knowing_registrations(promises[settling], registered[0])
+        tasks = [task for task in rows.instances(self.model, found) if task.pk in promises]
         for task in tasks:
             task.promise = promises[task.pk]
         return promises, {task.pk: task for task in tasks}

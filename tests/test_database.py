@@ -459,9 +459,10 @@ def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_settle_or_fulfil_with_nothing_registered_is_two_round_trips_and_a_settle_with_a_listener_three(tmp_path):
+def test_a_settlement_with_nothing_registered_is_two_round_trips_and_a_settle_with_a_listener_three(tmp_path):
     """promise.settle locks the promise and asks whether anything is registered on it in one round trip; with
-    nothing registered its writes go with COMMIT (two round trips in all). With a listener the settlement takes
+    nothing registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a
+    fenced settle's. With a listener the settlement takes
     it and writes its unblock: a round trip for the settlement, then the unblock with the COMMIT. A round trip
     is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent)."""
     from promises.models import Promise
@@ -505,4 +506,14 @@ def test_a_settle_or_fulfil_with_nothing_registered_is_two_round_trips_and_a_set
     fulfilled = round_trips(envelope("task.fulfill", fulfil))
     assert len(fulfilled) == 2, fulfilled  # task.fulfill asks the same question of the task's promise
     assert "EXISTS" in fulfilled[0] and fulfilled[1].endswith('; COMMIT"'), fulfilled
-    assert {rows.fetch(Promise, id).state for id in ("alone", "listened", "held")} == {"resolved"}
+
+    action = {"kind": "promise.create", "head": {}, "data": {"id": "fencing", "timeoutAt": 10**13}}
+    created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
+    answer(envelope("promise.create", {"id": "fenced", "timeoutAt": 10**13}))
+    settle = {"kind": "promise.settle", "head": {}, "data": {"id": "fenced", "state": "resolved", "value": {}}}
+    fence = {"id": "fencing", "version": created["data"]["task"]["version"], "action": settle}
+    fenced = round_trips(envelope("task.fence", fence))
+    assert len(fenced) == 2, fenced  # the fence's locks, its task and the settled promise's registrations at once
+    assert "EXISTS" in fenced[0] and fenced[1].endswith('; COMMIT"'), fenced
+    settled = ("alone", "listened", "held", "fenced")
+    assert {rows.fetch(Promise, id).state for id in settled} == {"resolved"}
