@@ -542,10 +542,10 @@ def _updating(model, attnames, by, conditions, count, using):
 def _readers(model, attnames, vendor):
     """Per attname, a function row → its parameter (as _row_preparers, for a chosen list of fields)."""
 
-    def reading(attname, prepared):
+    def reader(attname, prepared):
         return lambda row, connection: prepared(getattr(row, attname), connection)
 
-    return tuple(reading(attname, _preparer(model, attname, vendor)) for attname in attnames)
+    return tuple(reader(attname, _preparer(model, attname, vendor)) for attname in attnames)
 
 
 def run_all(statements, using=DEFAULT):
