@@ -5,8 +5,9 @@ pushes the next attempt time out by a lease, commits, sends, and records each ou
 message is still the one it claimed (setMessage may have replaced it meanwhile). The process that
 writes a message and sends it once committed claims it as it writes it (claim_on_write). A deliverer
 that dies between claim and record leaves its messages pending; they are sent again once the lease
-lapses. Each step handles a whole batch: one statement to claim, one round trip to route poll
-messages, one statement to record.
+lapses. A poll message a stream took is recorded by the stream's process once written to its client
+(record_written), so one whose process dies first is sent again the same way. Each step handles a whole
+batch: one statement to claim, one round trip to route poll messages, one statement to record.
 """
 
 import logging
@@ -32,7 +33,8 @@ TABLE = rows.quote(Message._meta.db_table)
 
 
 class Outcome(Enum):
-    DELIVERED = "delivered"
+    DELIVERED = "delivered"  # an HTTP push answered 2xx
+    TAKEN = "taken"  # a stream took it: recorded delivered once the stream has written it (record_written)
     DROPPED = "dropped"  # nobody to deliver to; execute is re-sent by the task's timers
     RETRY = "retry"
     UNREACHED = "unreached"  # no stream connected right now: retried for POLL_GRACE_MS, then dropped
@@ -138,8 +140,9 @@ def deliver_due(only=None):
     return total
 
 
-# A publish through the hub takes milliseconds; when Redis is slow it can outlast this (waits for a pooled
-# connection, connects and reads of 2 s each), and the message is then sent twice: at least once, as promised.
+# A publish through the hub, and the stream writing the message and recording it, take milliseconds; when Redis
+# or the database is slow, or the client reads slowly, they can outlast this (waits for a pooled connection,
+# connects and reads of 2 s each, a stream's queue), and the message is then sent twice: at least once.
 POLL_LEASE_MS = 5000
 
 
@@ -182,7 +185,7 @@ def send_all(messages):
                 outcomes[n] = (Outcome.HUB_DOWN, str(ok))
             else:
                 outcomes[n] = (
-                    (Outcome.DELIVERED, "") if ok else (Outcome.UNREACHED, "no live poll connection for this address")
+                    (Outcome.TAKEN, "") if ok else (Outcome.UNREACHED, "no live poll connection for this address")
                 )
     for n, message in enumerate(messages):
         if outcomes[n] is None:
@@ -215,10 +218,18 @@ def record(messages, outcomes, now):
 
     One statement for the whole batch, which needs no transaction; on PostgreSQL its commit does not wait
     for the disk: if the database crashes before it is flushed, the outcome is forgotten and the message
-    is sent again (delivery is at least once anyway). Returns the state each attempt left its message in.
+    is sent again (delivery is at least once anyway). Returns the state each recorded attempt left its
+    message in.
+
+    A message a stream took is not recorded here: it stays claimed, and its stream records it delivered once
+    it has written it to its client (record_written). A stream whose process dies first (killed, or frozen
+    and then killed, with its Redis subscription still open) leaves it to be sent again once the claim lapses.
     """
+    attempts = [(m, o) for m, o in zip(messages, outcomes, strict=True) if o[0] is not Outcome.TAKEN]
+    if not attempts:
+        return []
     states = []
-    for message, (outcome, detail) in zip(messages, outcomes, strict=True):
+    for message, (outcome, detail) in attempts:
         after = settled_as(message, outcome, now)
         states.append(after.state)
         if after.state != DeliveryState.DELIVERED:
@@ -237,7 +248,11 @@ def record(messages, outcomes, now):
         message.state, message.next_attempt_at, message.delivered_at, message.unreached_since = after
         message.last_error = detail
     sql, params, _ = rows.updating(  # the attempt this deliverer claimed, if the message is still that one
-        messages, *Settled._fields, "last_error", by=CLAIM, only={"state": DeliveryState.PENDING}
+        [message for message, _ in attempts],
+        *Settled._fields,
+        "last_error",
+        by=CLAIM,
+        only={"state": DeliveryState.PENDING},
     )
     if connection.vendor == "postgresql":
         sql = "SET LOCAL synchronous_commit TO OFF; " + sql  # one round trip: a simple query of two statements
@@ -246,6 +261,25 @@ def record(messages, outcomes, now):
 
 
 CLAIM = ("key", "attempts", "created_at")  # what names one attempt at one version of a message
+VERSION = ("key", "created_at")  # what names one version of a message (identity)
+
+
+def record_written(identities, now):
+    """Record delivered the messages streams have written to their clients (identities: (key, created_at)), unless
+    replaced or recorded meanwhile; how many. Whatever attempt routed it: a copy of this version reached a client.
+
+    One statement, with record's unflushed commit: a receipt the database forgets means the message goes out once
+    more, which at least once allows."""
+    written = [
+        Message(key=key, created_at=created_at, state=DeliveryState.DELIVERED, delivered_at=now)
+        for key, created_at in identities
+    ]
+    sql, params, _ = rows.updating(written, "state", "delivered_at", by=VERSION, only={"state": DeliveryState.PENDING})
+    if connection.vendor == "postgresql":
+        sql = "SET LOCAL synchronous_commit TO OFF; " + sql
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 class Settled(NamedTuple):
@@ -280,10 +314,11 @@ def settled_as(message, outcome, now):
 
 
 def requeue(identities, now, due):
-    """Messages a stream took but never sent to its client: pending again, due at `due`; their keys.
+    """Messages a stream took but never sent to its client: due again at `due`; their keys.
 
-    The attempt count moves on, so a deliverer still recording the attempt that routed them cannot
-    mark them delivered afterwards (record matches the attempt it claimed); the poll grace starts afresh.
+    The attempt count moves on, so a deliverer still recording an attempt that routed them cannot
+    change them afterwards (record matches the attempt it claimed); the poll grace starts afresh. A
+    message recorded delivered meanwhile stays so: another copy of it reached a client.
     """
     requeued = []
     with connection.cursor() as cursor:
@@ -291,16 +326,9 @@ def requeue(identities, now, due):
             cursor.execute(
                 f'UPDATE {TABLE} SET "state" = %s, "attempts" = "attempts" + 1, "next_attempt_at" = %s,'
                 ' "delivered_at" = NULL, "unreached_since" = NULL, "last_error" = %s'
-                ' WHERE "key" = %s AND "created_at" = %s AND "state" IN (%s, %s)',
-                [
-                    DeliveryState.PENDING,
-                    due,
-                    "taken by a stream that did not send it",
-                    key,
-                    created_at,
-                    DeliveryState.PENDING,
-                    DeliveryState.DELIVERED,
-                ],
+                ' WHERE "key" = %s AND "created_at" = %s AND "state" = %s',
+                [DeliveryState.PENDING, due, "taken by a stream that did not send it", key, created_at]
+                + [DeliveryState.PENDING],
             )
             if cursor.rowcount:
                 requeued.append(key)

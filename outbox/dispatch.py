@@ -1,20 +1,23 @@
 """Who delivers a committed message: the deliverer thread of the process that committed it, at once; Celery for
 HTTP pushes in production; and a periodic pass (Beat's, or the embedded deliverer's) for whatever was missed."""
 
+import asyncio
 import contextlib
 import logging
 import os
 import queue
 import threading
 import time
+from typing import NamedTuple
 
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 from floor.clock import now_ms
 from floor.conf import resonate_settings
+from floor.counters import deliveries_recorded
 from floor.protocol import parse_poll_address
-from floor.transactions import after_commit, run_atomically
-from outbox.delivery import BATCH, Transport, deliver, deliver_due, send_claimed, still_held
+from floor.transactions import Mode, after_commit, run_atomically
+from outbox.delivery import BATCH, Transport, deliver, deliver_due, record_written, send_claimed, still_held
 from outbox.delivery import requeue as requeue_messages
 from outbox.hub import takes_back
 from outbox.models import Message, Pause
@@ -73,7 +76,32 @@ def _requeue(identities, delay_ms):
         notify(keys)
 
 
-takes_back(requeue)  # the hub's streams give back, through this, what they could not send
+class Written(NamedTuple):
+    """A message a stream has written to its client, on its way to the deliverer that records it delivered."""
+
+    key: str
+    created_at: int
+
+
+def record_delivered(identities):
+    """From a stream's event loop: record delivered these messages, (key, created_at), its stream has written. By
+    this process's deliverer, with the next batch it handles; with none here (tests, commands), on the loop's
+    executor. Not recorded (the process dies, the database is away), a message is sent again once its claim lapses."""
+    running = deliverer()
+    if running is not None:
+        running.wake([Written(*identity) for identity in identities])
+    else:
+        asyncio.get_running_loop().run_in_executor(None, _record_delivered, identities)
+
+
+def _record_delivered(identities):
+    try:
+        deliveries_recorded(["delivered"] * run_atomically(record_written, identities, now_ms(), mode=Mode.AUTOCOMMIT))
+    finally:
+        connections.close_all()
+
+
+takes_back(requeue, record_delivered)  # the hub's streams give back, through these, what they could and could not send
 
 
 class Deliverer(threading.Thread):
@@ -118,7 +146,8 @@ class Deliverer(threading.Thread):
         try:
             self.keys.put_nowait(messages)
         except queue.Full:
-            log.warning("%d messages not announced (delivery is behind); the delivery pass sends them", len(messages))
+            # Announced messages wait for the delivery pass; written ones, unrecorded, go out again after their claim.
+            log.warning("%d messages not announced or recorded (delivery is behind)", len(messages))
 
     def run(self):
         period = resonate_settings.DELIVERY_PASS_MS / 1000 if self.embedded else float("inf")
@@ -128,8 +157,16 @@ class Deliverer(threading.Thread):
                 keys = self.keys.get(timeout=min(max(0.0, next_pass - time.monotonic()), 3600))
             except queue.Empty:
                 keys = []
+            while 0 < len(keys) < BATCH:  # take what else was announced meanwhile, in one go
+                try:
+                    keys = keys + self.keys.get_nowait()
+                except queue.Empty:
+                    break
             try:
                 close_old_connections()
+                if written := [item for item in keys if isinstance(item, Written)]:
+                    self.record_written(written)  # even while paused: the messages have gone out
+                    keys = [item for item in keys if not isinstance(item, Written)]
                 if self.paused():
                     continue
                 if keys:
@@ -155,14 +192,15 @@ class Deliverer(threading.Thread):
             self.pause_read = (time.monotonic(), paused)
         return self.pause_read[1]
 
+    def record_written(self, written):
+        try:
+            deliveries_recorded(["delivered"] * run_atomically(record_written, written, now_ms(), mode=Mode.AUTOCOMMIT))
+        except Exception as error:  # the announcements of the batch still go out
+            log.warning("could not record %d messages delivered (%r); they go out again", len(written), error)
+
     def deliver_announced(self, announced):
         """Messages claimed when they were written are sent as they are; the others (keys, or messages this
         process does not send itself) are claimed first, or handed to Celery."""
-        while len(announced) < BATCH:  # take what else was announced meanwhile, in one go
-            try:
-                announced = announced + self.keys.get_nowait()
-            except queue.Empty:
-                break
         now, claimed, keys = now_ms(), [], []
         for message in announced:
             if claimed_on_write(message) and still_held(message, now):

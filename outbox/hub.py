@@ -6,10 +6,12 @@ listens on a channel of its own, on its process's one subscriber connection, and
 sorted set per group (score = expiry, refreshed while it lives). PUBLISH answers how many listeners
 heard, so a stream that is gone (its process dead, its advertisement stale) is noticed at once.
 
-A message taken by a stream but never written to its client (the client went away, the stream was
-full, or it reached a process whose stream had just closed) goes back to the outbox (`requeue`). What
-a client's socket had already received when the connection broke is lost with it: SSE has no
-acknowledgements (README.md, known limits).
+A message counts as delivered only once its stream has written it to its client (`delivered`): until
+then it stays claimed in the outbox, so one taken by a process that dies before writing it (killed,
+or frozen with its Redis subscription open) is sent again when the claim lapses. One taken but never
+written (the client went away, the stream was full, or it reached a process whose stream had just
+closed) goes back to the outbox at once (`requeue`). What a client's socket had already received when
+the connection broke is lost with it: SSE has no acknowledgements (README.md, known limits).
 """
 
 import asyncio
@@ -109,13 +111,24 @@ def _takes_back(identities, delay_ms):
     raise RuntimeError("nothing takes messages back to the outbox: outbox.dispatch registers it (takes_back)")
 
 
-def takes_back(function):
-    """Register function(identities, delay_ms), which puts messages back in the outbox: outbox.dispatch.requeue.
+def delivered(identity):
+    """On a stream's event loop: the stream has written this message to its client; record it delivered."""
+    if identity is not None:
+        _records_delivered([tuple(identity)])
+
+
+def _records_delivered(identities):
+    raise RuntimeError("nothing records deliveries: outbox.dispatch registers it (takes_back)")
+
+
+def takes_back(requeue, record_delivered):
+    """Register what puts messages back in the outbox, requeue(identities, delay_ms), and what records them
+    delivered, record_delivered(identities) (called on an event loop, so it must not block): outbox.dispatch's.
 
     The hub sits below the outbox's dispatch (which publishes through it), so it is told rather than importing it.
     """
-    global _takes_back
-    _takes_back = function
+    global _takes_back, _records_delivered
+    _takes_back, _records_delivered = requeue, record_delivered
 
 
 def _poll_retry_ms():

@@ -6,7 +6,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
 from floor.conf import resonate_settings
-from outbox.hub import HubUnavailable, hub, requeue
+from outbox.hub import HubUnavailable, delivered, hub, requeue
 from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.serving import CLOSING
 
@@ -41,7 +41,8 @@ async def events(group, id, closing=never):
     At its maximum age the stream is closed in the hub first, then sends what was routed to it before.
     Whatever it took but never handed on goes back to the outbox: a message is handed on only while
     `closing()` says the connection is open, since a write to a closed one is dropped without an error, and
-    counts as sent only if the connection was still open when the server asked for the next line.
+    counts as sent, and is recorded delivered, only if the connection was still open when the server asked
+    for the next line.
     """
     try:
         stream = await hub().register(group, id)
@@ -64,7 +65,8 @@ async def events(group, id, closing=never):
             yield in_hand[0]
             if closing():  # the write waited for a slow client, whose connection closed meanwhile: it may not have
                 return  # gone out, and is sent again (at least once)
-            in_hand = None  # asked for the next line: this one went out
+            delivered(in_hand[1])  # asked for the next line: this one went out
+            in_hand = None
         await hub().close(stream)
         closed = True
         while not stream.queue.empty() and not closing():
@@ -72,6 +74,7 @@ async def events(group, id, closing=never):
             yield in_hand[0]
             if closing():  # as above
                 return
+            delivered(in_hand[1])
             in_hand = None
     finally:
         try:

@@ -6,7 +6,9 @@ import time
 
 import pytest
 
+from floor.clock import now_ms
 from floor.conf import resonate_settings
+from outbox.delivery import deliver
 from outbox.hub import hub
 from outbox.models import DeliveryState, Message, MessageKind
 from resonate_site.streams import events
@@ -50,8 +52,8 @@ def test_what_a_stream_took_but_never_sent_goes_back_to_the_outbox_when_its_clie
     message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
     Message.objects.store([message])
     key = message.key
-    # As a deliverer records it, after the message had waited for a stream since 0: its grace starts afresh.
-    Message.objects.filter(key=key).update(state=DeliveryState.DELIVERED, delivered_at=2, unreached_since=0)
+    # As a deliverer leaves it once a stream took it, after it had waited for a stream since 0: claimed for a lease.
+    Message.objects.filter(key=key).update(attempts=1, next_attempt_at=now_ms() + 60_000, unreached_since=0)
 
     async def scenario():
         lines = events("drain", "w1")
@@ -62,12 +64,9 @@ def test_what_a_stream_took_but_never_sent_goes_back_to_the_outbox_when_its_clie
 
     asyncio.run(scenario())
 
-    deadline = time.monotonic() + 5
-    while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
-        time.sleep(0.02)
+    assert back_in_the_outbox(key)
     message = Message.objects.get(key=key)
-    assert message.state == DeliveryState.PENDING and message.delivered_at is None
-    assert message.unreached_since is None and message.next_attempt_at <= time.time() * 1000
+    assert message.state == DeliveryState.PENDING and message.delivered_at is None and message.unreached_since is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -237,16 +236,107 @@ def test_a_message_whose_write_outlived_its_connection_goes_back_to_the_outbox(m
 
 
 def delivered_message():
-    """An unblock for ADDRESS, stored and marked delivered as a deliverer leaves it: its key."""
+    """An unblock for ADDRESS, stored and claimed as a deliverer leaves it once a stream took it: its key."""
     message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
     Message.objects.store([message])
-    Message.objects.filter(key=message.key).update(state=DeliveryState.DELIVERED, delivered_at=2)
+    Message.objects.filter(key=message.key).update(attempts=1, next_attempt_at=now_ms() + 60_000)
     return message.key
 
 
 def back_in_the_outbox(key, timeout=5):
-    """Whether the message is pending again within `timeout` (the stream sends it back on the loop's executor)."""
+    """Whether the message is pending and due again within `timeout` (the stream sends it back on the loop's
+    executor), its attempt counted so that nothing recording the attempt that routed it can change it."""
     deadline = time.monotonic() + timeout
-    while Message.objects.get(key=key).state != DeliveryState.PENDING and time.monotonic() < deadline:
+    while not due_again(key) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return Message.objects.get(key=key).state == DeliveryState.PENDING
+    return due_again(key)
+
+
+def due_again(key):
+    message = Message.objects.get(key=key)
+    return message.state == DeliveryState.PENDING and message.next_attempt_at <= now_ms() and message.attempts == 2
+
+
+def recorded_delivered(key, timeout=5):
+    """Whether the message is recorded delivered within `timeout` (on the loop's executor: no deliverer runs)."""
+    deadline = time.monotonic() + timeout
+    while Message.objects.get(key=key).state != DeliveryState.DELIVERED and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return Message.objects.get(key=key).state == DeliveryState.DELIVERED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_a_stream_took_counts_as_delivered_only_once_the_stream_has_written_it(memory_hub):
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)
+        assert await asyncio.to_thread(deliver) == [message.key]  # on the stream's queue, not yet written
+        taken = await asyncio.to_thread(Message.objects.get, key=message.key)
+        return taken, [line async for line in lines]  # to the stream's end (its maximum age)
+
+    taken, written = asyncio.run(scenario())
+
+    assert (taken.state, taken.attempts, taken.delivered_at) == (DeliveryState.PENDING, 1, None)
+    assert taken.next_attempt_at > now_ms()  # claimed meanwhile: nobody else sends it
+    assert written[0].startswith('data: {"kind":"unblock"')
+    assert recorded_delivered(message.key)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_taken_by_a_process_that_dies_before_writing_it_goes_out_again_once_its_claim_lapses(
+    memory_hub, monkeypatch
+):
+    # A server process killed (or frozen, then killed) with its Redis subscription open: the publish was heard, and
+    # the process ran no finally that could send the message back. Here the stream is dropped from the hub unclosed.
+    import outbox.delivery
+
+    monkeypatch.setattr(outbox.delivery, "POLL_LEASE_MS", 300)
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+
+    async def scenario():
+        dying = events("drain", "w1")
+        await anext(dying)
+        assert await asyncio.to_thread(deliver) == [message.key]
+        for stream in memory_hub.streams.pop("drain").values():  # its process is gone: no write, close or requeue
+            stream.leftovers()
+        assert await asyncio.to_thread(deliver) == []  # claimed: not sent twice while its claim lasts
+        lines = events("drain", "w1")  # the worker reconnects, to another process
+        await anext(lines)
+        await asyncio.sleep(0.35)
+        assert await asyncio.to_thread(deliver) == [message.key]
+        return [line async for line in lines]
+
+    assert asyncio.run(scenario())[0].startswith('data: {"kind":"unblock"')
+    assert recorded_delivered(message.key)
+    assert Message.objects.get(key=message.key).attempts == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_process_deliverer_records_what_its_streams_have_written(memory_hub, settings, monkeypatch):
+    from outbox import dispatch
+
+    settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 5000}
+    monkeypatch.setattr(dispatch, "_deliverer", (None, None))
+    running = dispatch.Deliverer()
+    running.start()  # this process's deliverer from here, as serve's in embedded mode
+    try:
+        message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+
+        async def scenario():
+            lines = events("drain", "w1")
+            await anext(lines)
+            await asyncio.to_thread(Message.objects.store, [message])
+            dispatch.notify([message.key])  # as a commit announces it
+            written = await anext(lines)
+            await anext(lines)  # the next line asked for (a keepalive): the message went out
+            await lines.aclose()
+            return written
+
+        assert asyncio.run(scenario()).startswith('data: {"kind":"unblock"')
+        assert recorded_delivered(message.key)
+    finally:
+        running.stop()

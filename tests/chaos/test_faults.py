@@ -8,6 +8,7 @@ printed at the end of the run (and var/chaos.jsonl); README.md shows one such ta
 
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -44,6 +45,19 @@ def kill_serve(deployment, load):
     orphans = deployment.server_processes()
     deployment.kill(deployment.pid("server"))
     assert_gone(orphans, within_s=10)
+
+
+def freeze_then_kill_the_server_processes(deployment, load):
+    """Every server process stopped for 2 s while timers fall due, then killed (uvicorn starts others). Their Redis
+    subscriptions stayed open meanwhile, so the deliverers' publishes were heard by processes that never wrote a
+    line: those messages must go out again, not count as delivered."""
+    frozen = deployment.server_processes()
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(2)
+    for pid in frozen:
+        deployment.kill(pid)
+    assert_gone(frozen, within_s=10)
 
 
 def kill_the_worker_master(deployment, load):
@@ -170,6 +184,7 @@ def slow_and_half_open_clients(deployment, load):
 FAULTS = [
     Fault("kill -9 a server process", kill_a_server_process),
     Fault("kill -9 serve (all server processes)", kill_serve),
+    Fault("server processes frozen 2 s, then killed", freeze_then_kill_the_server_processes),
     Fault("kill -9 the Celery worker master", kill_the_worker_master),
     Fault("kill -9 a Celery worker child", kill_a_worker_child),
     Fault("kill -9 Celery Beat", kill_beat),
