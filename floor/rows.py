@@ -332,13 +332,32 @@ def lock_then_query(model, pks, reads, using=DEFAULT):
     COMMITTED a row read by the statement that waited for a lock comes from that statement's older snapshot.
     On PostgreSQL all go in one query string, one round trip, each statement with its own snapshot.
     """
+    return _locking_reads(model, pks, reads, None, using)[1:]
+
+
+def run_all_then_lock(statements, model, pks, reads, using=DEFAULT):
+    """run_all(statements), then lock_then_query(model, pks, reads): ([the rows of each statement], [locked
+    instances], [the rows of each read]). On PostgreSQL all in one query string, one round trip: the locks are
+    asked for once the statements' writes are done, and the reads start once the locks are held."""
+    if connections[using].vendor != "postgresql":
+        return (run_all(statements, using), *lock_then_query(model, pks, reads, using))
+    return _locking_reads(model, pks, reads, statements, using)
+
+
+def _locking_reads(model, pks, reads, first, using):
+    """lock_then_query, after the statements `first` (PostgreSQL only): (their rows or None, locked, found)."""
     pks = sorted(set(pks))
     connection = connections[using]
     locking = _select_all(model, len(pks), True, _locks(connection, True))
-    found = []
+    found, before = [], None
     with cursor_of(connection) as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("; ".join([locking, *(sql for sql, _ in reads)]), [*pks, *(v for _, p in reads for v in p)])
+            head = [_in_one(first)] if first else []
+            parts = [*head, (locking, pks), *reads]
+            cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
+            if first:
+                before = _by_statement(first, cursor.fetchall())
+                cursor.nextset()
             locked = cursor.fetchall()
             for _ in reads:
                 cursor.nextset()
@@ -349,7 +368,7 @@ def lock_then_query(model, pks, reads, using=DEFAULT):
             for sql, params in reads:
                 cursor.execute(sql, params)
                 found.append(cursor.fetchall())
-    return instances(model, locked, using), found
+    return before, instances(model, locked, using), found
 
 
 @cache
@@ -564,11 +583,22 @@ def run_all(statements, using=DEFAULT):
                 names = [column[0] for column in cursor.description] if returns else []
                 found.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()] if returns else [])
         return found
+    return _by_statement(statements, query(*_in_one(statements), using))
+
+
+def _in_one(statements):
+    """run_all's statement on PostgreSQL, (sql, params): each statement a data-modifying CTE, and the rows they
+    return as (statement's index, row as JSON)."""
     steps = ", ".join(f"s{n} AS ({statement.sql})" for n, statement in enumerate(statements))
     returned = [n for n, statement in enumerate(statements) if statement.returns]
     rows_of = " UNION ALL ".join(f"SELECT {n}, row_to_json(s{n})::text FROM s{n}" for n in returned) or "SELECT 0, NULL"
+    return f"WITH {steps} {rows_of}", [v for statement in statements for v in statement.params]
+
+
+def _by_statement(statements, found_rows):
+    """The rows of _in_one's statement, as run_all returns them."""
     found = [[] for _ in statements]
-    for n, row in query(f"WITH {steps} {rows_of}", [v for statement in statements for v in statement.params], using):
+    for n, row in found_rows:
         if row is not None:
             found[n].append(orjson.loads(row))
     return found

@@ -7,6 +7,7 @@ from outbox.dispatch import announce
 from outbox.messages import set_unblocks
 from promises.models import Callback, Promise, is_external, registrations, taking_registrations, timeout_state
 from tasks.engine import enqueue_resume, fulfilling, new_task
+from tasks.models import Task
 
 
 class Creation(NamedTuple):
@@ -49,7 +50,9 @@ def settle_all(promises, now):
     promise by promise in the given order. Several promises are settled with one statement per step;
     the caller makes sure none of them awaits another (Callback.among), or settles them one by one.
     Promises read under their locks with nothing registered on them (Promise.unregistered) have no
-    listeners to take or awaiters to resume: their first three steps are sent with the commit.
+    listeners to take or awaiters to resume: their first three steps are sent with the commit. One read
+    with its awaiters known (Promise.awaiters) has them locked, and their tasks read, in the round trip
+    of its settlement.
     """
     ids = [p.id for p in promises]
     for promise in promises:
@@ -62,13 +65,17 @@ def settle_all(promises, now):
     if all(promise.unregistered for promise in promises):
         rows.at_commit(settling)  # nothing to take and nothing to follow up: the writes go with the commit
         return
-    *_, listened, awaited = rows.run_all([*settling, *taking_registrations(ids)])  # one statement on PostgreSQL
+    statements = [*settling, *taking_registrations(ids)]  # one statement on PostgreSQL
+    if len(promises) == 1 and promises[0].awaiters:
+        (*_, listened, awaited), _, tasks = Task.objects.locked_all_after(statements, promises[0].awaiters)
+    else:
+        (*_, listened, awaited), tasks = rows.run_all(statements), None
     listeners, awaiters = registrations(listened, awaited)
     records = {p.id: p.to_record() for p in promises}
     set_unblocks([(address, records[id]) for id in ids for address in listeners.get(id, [])], now)
     for id in ids:
         for awaiter_id in sorted(awaiters.get(id, []), reverse=True):  # the lock order of Promise.objects.lock_all
-            enqueue_resume(id, awaiter_id, now)
+            enqueue_resume(id, awaiter_id, now, locked=tasks)
 
 
 def on_promise_timeout(promise_ids, now):

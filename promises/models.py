@@ -75,6 +75,8 @@ class PromiseQuerySet(models.QuerySet):
 class Promise(models.Model):
     # Not stored: True when the promise was read under its lock with nothing registered on it (registered_on).
     unregistered = False
+    # Not stored: the ids of the promises awaiting it, in lock order, when read under its lock (registered_on).
+    awaiters = None
 
     id = IdField(primary_key=True)
     state = models.CharField(max_length=17, choices=PromiseState.choices, default=PromiseState.PENDING)
@@ -185,7 +187,8 @@ class Callback(models.Model):
 
     @classmethod
     def register(cls, awaited_id, awaiter_id):
-        rows.insert(cls(awaited_id=awaited_id, awaiter_id=awaiter_id), on_conflict="nothing")
+        """The last write of promise.register_callback: sent with the commit (rows.at_commit)."""
+        rows.at_commit([cls.registering([awaited_id], awaiter_id)])
 
     @classmethod
     def registering(cls, awaited_ids, awaiter_id):
@@ -233,7 +236,8 @@ class Listener(models.Model):
 
     @classmethod
     def register(cls, promise_id, address):
-        rows.insert(cls(promise_id=promise_id, address=address), on_conflict="nothing")
+        """The last write of promise.register_listener: sent with the commit (rows.at_commit)."""
+        rows.at_commit([rows.inserting([cls(promise_id=promise_id, address=address)], on_conflict="nothing")])
 
 
 def taking_registrations(promise_ids):
@@ -245,7 +249,8 @@ def taking_registrations(promise_ids):
 
 
 def registered_on(promise_id):
-    """The read (sql, params) of whether any listener or awaiter is registered on the promise.
+    """The read (sql, params) of what is registered on the promise: a row holding NULL if it has listeners, and
+    a row per awaiter holding the awaiter's id.
 
     Asked once the promise's lock is held, in the same round trip (rows.lock_then_query): registrations are
     written and taken under that lock, so the answer holds until the transaction ends. Asked in the locking
@@ -253,17 +258,17 @@ def registered_on(promise_id):
     """
     listener, callback = (rows.quote(m._meta.db_table) for m in (Listener, Callback))
     return (
-        f'SELECT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
-        f' OR EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
+        f'SELECT NULL WHERE EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
+        f' UNION ALL SELECT "awaiter_id" FROM {callback} WHERE "awaited_id" = %s',
         [promise_id, promise_id],
     )
 
 
 def knowing_registrations(promise, registered):
-    """The promise, marked unregistered when registered_on found nothing: settling it sends its writes with the
-    commit (settle_all)."""
-    ((found,),) = registered
-    promise.unregistered = not found
+    """The promise, knowing what registered_on found: unregistered when nothing (settling it sends its writes with
+    the commit), and its awaiters (settling it locks them with its writes); see settle_all."""
+    promise.unregistered = not registered
+    promise.awaiters = sorted((id for (id,) in registered if id is not None), reverse=True)
     return promise
 
 

@@ -74,9 +74,10 @@ def fulfilling(task_ids):
     return rows.setting(done, "state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at", pks=task_ids)
 
 
-def enqueue_resume(awaited_id, awaiter_id, now):
-    """Wake the awaiter's task because `awaited_id` settled (spec 00-resume.lean)."""
-    task = Task.objects.locked(awaiter_id)
+def enqueue_resume(awaited_id, awaiter_id, now, locked=None):
+    """Wake the awaiter's task because `awaited_id` settled (spec 00-resume.lean). `locked`: {id: task} of the
+    awaiters the caller has locked and read already (TaskQuerySet.locked_all_after), else it is locked here."""
+    task = Task.objects.locked(awaiter_id) if locked is None else locked.get(awaiter_id)
     if task is None:
         return
     if task.state == TaskState.SUSPENDED:

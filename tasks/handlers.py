@@ -32,17 +32,22 @@ def task_get(req, now):
     return ok(task=task.projected(task.promise, now).to_record())
 
 
+def task_create_new(req, now):
+    """T-02 for a promise that does not exist: created with its task acquired by the caller, by create()'s one
+    statement, which needs no transaction (task.create's first step). None when the promise exists: task_create
+    then locks it, in a transaction."""
+    created = _created(req, now)
+    return None if created.existing is not None else _created_reply(created, now)
+
+
 def task_create(req, now):
     """T-02: create the promise with its task acquired by the caller, or acquire the existing pending task."""
     action = req["action"]["data"]
     promise = Promise.objects.locked(action["id"])
-    if promise is None:
-        holder = (req["pid"], req["ttl"])
-        created = create(action["id"], action["param"], action["tags"], action["timeout_at"], now, holder)
+    if promise is None:  # gone since task_create_new found it (debug.reset), or on a path without that step
+        created = _created(req, now)
         if created.existing is None:
-            task, promise = created.task, created.promise
-            shared = preload(promise, now) if task.state == TaskState.ACQUIRED else []  # none if born settled
-            return ok(task=task.to_record(), promise=promise.to_record(), preload=shared)
+            return _created_reply(created, now)
         promise = Promise.objects.locked(action["id"])  # created by another request meanwhile
     if promise.target is None:
         return Reply(422, "Promise exists without a resonate:target, so it has no task")
@@ -55,6 +60,18 @@ def task_create(req, now):
         return Reply(409, f"Task already exists and is {task.state}")
     task.promise = promise
     shared = acquire(task, req["pid"], req["ttl"], now)
+    return ok(task=task.to_record(), promise=promise.to_record(), preload=shared)
+
+
+def _created(req, now):
+    action = req["action"]["data"]
+    holder = (req["pid"], req["ttl"])
+    return create(action["id"], action["param"], action["tags"], action["timeout_at"], now, holder)
+
+
+def _created_reply(created, now):
+    task, promise = created.task, created.promise
+    shared = preload(promise, now) if task.state == TaskState.ACQUIRED else []  # none if born settled
     return ok(task=task.to_record(), promise=promise.to_record(), preload=shared)
 
 

@@ -55,9 +55,22 @@ class TaskQuerySet(models.QuerySet):
         pks = sorted(set(ids))
         reads = [rows.reading(self.model, pks), *([registered_on(settling)] if settling is not None else [])]
         locked, (found, *registered) = rows.lock_then_query(Promise, pks, reads)
-        promises = {promise.pk: promise for promise in locked}
+        promises, tasks = self._attached(locked, found)
         if settling in promises:
             knowing_registrations(promises[settling], registered[0])
+        return promises, tasks
+
+    def locked_all_after(self, statements, ids):
+        """rows.run_all(statements), then locked_all(ids), in one round trip on PostgreSQL: ([the rows of each
+        statement], {id: promise}, {id: task}). The promises are locked once the statements' writes are done."""
+        pks = sorted(set(ids))
+        done, locked, (found,) = rows.run_all_then_lock(statements, Promise, pks, [rows.reading(self.model, pks)])
+        return (done, *self._attached(locked, found))
+
+    def _attached(self, locked, found):
+        """({id: promise}, {id: task}) from locked promises and the task rows read after their locks, each task
+        with its promise attached; a task whose promise was not locked (created since) is left out."""
+        promises = {promise.pk: promise for promise in locked}
         tasks = [task for task in rows.instances(self.model, found) if task.pk in promises]
         for task in tasks:
             task.promise = promises[task.pk]

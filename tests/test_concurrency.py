@@ -264,3 +264,44 @@ def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_regist
     assert not Callback.objects.filter(awaited_id="rs").exists()
     if registration == "listener":
         assert Message.objects.filter(kind="unblock", address="poll://uni@g/w").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_fulfill_that_waited_for_its_awaiters_lock_resumes_the_task_as_the_holder_left_it(server):
+    """A settlement locks the awaiters it read under its own lock with its writes, and reads their tasks in a
+    statement of its own once the locks are held (TaskQuerySet.locked_all_after). Read in the locking statement's
+    snapshot, taken before the wait, a task suspended by the transaction it waited for would still look acquired:
+    it would only be told of the resume, and never be executed again."""
+    import psycopg
+    from django.db import connection
+
+    from outbox.models import Message
+
+    with Client(server) as rpc:
+        versions = {}
+        for id in ("aw", "aw-child"):
+            data = {"id": id, "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}
+            action = {"kind": "promise.create", "head": {}, "data": data}
+            status, created = rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
+            assert status == 200
+            versions[id] = created["task"]["version"]
+        assert rpc("promise.register_callback", {"awaited": "aw-child", "awaiter": "aw"})[0] == 200
+        settle = {"kind": "promise.settle", "head": {}, "data": {"id": "aw-child", "state": "resolved", "value": {}}}
+        fulfil = {"id": "aw-child", "version": versions["aw-child"], "action": settle}
+        dsn = connection.get_connection_params()
+        with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
+            holder.execute("SELECT 1 FROM promises_promise WHERE id = 'aw' FOR UPDATE")  # as task.suspend does
+            holder.execute(
+                "UPDATE tasks_task SET state = 'suspended', pid = NULL, ttl = NULL, timeout_kind = NULL,"
+                " timeout_at = NULL WHERE id = 'aw'"
+            )
+            with ThreadPoolExecutor(1) as pool, Client(server) as other:
+                fulfilled = pool.submit(other, "task.fulfill", fulfil)
+                time.sleep(0.5)
+                assert not fulfilled.done(), "the fulfill did not wait for the awaiter's lock"
+                holder.commit()
+                assert fulfilled.result(timeout=10)[0] == 200
+        status, task = rpc("task.get", {"id": "aw"})
+    assert task["task"]["state"] == "pending"
+    assert Message.objects.filter(kind="execute", subject="aw").count() == 1

@@ -459,11 +459,14 @@ def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_settlement_with_nothing_registered_is_two_round_trips_and_a_settle_with_a_listener_three(tmp_path):
-    """promise.settle locks the promise and asks whether anything is registered on it in one round trip; with
-    nothing registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a
-    fenced settle's. With a listener the settlement takes
-    it and writes its unblock: a round trip for the settlement, then the unblock with the COMMIT. A round trip
+def test_a_settlement_with_nothing_registered_is_two_round_trips_a_settle_with_a_listener_three_and_a_resume_three(
+    tmp_path,
+):
+    """promise.settle locks the promise and asks what is registered on it in one round trip; with nothing
+    registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a fenced
+    settle's. With a listener the settlement takes it and writes its unblock: a round trip for the settlement,
+    then the unblock with the COMMIT; with an awaiter, its lock and task read go with the settlement. A
+    registration's insert goes with COMMIT, and task.create of a new promise is one statement. A round trip
     is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent)."""
     from promises.models import Promise
 
@@ -488,7 +491,12 @@ def test_a_settlement_with_nothing_registered_is_two_round_trips_and_a_settle_wi
     for id in ("alone", "listened"):
         assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
     listen = {"awaited": "listened", "address": "poll://uni@g/w"}
-    assert answer(envelope("promise.register_listener", listen))["head"]["status"] == 200
+    registered = round_trips(envelope("promise.register_listener", listen))
+    assert len(registered) == 2, registered  # the lock, then the listener's insert with COMMIT
+    assert registered[1].startswith(' "INSERT INTO "promises_listener"') and registered[1].endswith('; COMMIT"')
+    action = {"kind": "promise.create", "head": {}, "data": {"id": "new", "timeoutAt": 10**13}}
+    created = round_trips(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
+    assert len(created) == 1 and "Execute" in created[0], created  # one statement, bound apart, in autocommit
 
     alone = round_trips(envelope("promise.settle", {"id": "alone", "state": "resolved", "value": {}}))
     assert len(alone) == 2, alone
@@ -517,3 +525,23 @@ def test_a_settlement_with_nothing_registered_is_two_round_trips_and_a_settle_wi
     assert "EXISTS" in fenced[0] and fenced[1].endswith('; COMMIT"'), fenced
     settled = ("alone", "listened", "held", "fenced")
     assert {rows.fetch(Promise, id).state for id in settled} == {"resolved"}
+
+    # A fulfill that resumes its suspended awaiter: the awaiter's lock and task read go with the settlement.
+    target = {"resonate:target": "poll://any@g"}
+    versions = {}
+    for id in ("parent", "child"):
+        action = {"kind": "promise.create", "head": {}, "data": {"id": id, "timeoutAt": 10**13, "tags": target}}
+        versions[id] = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
+        versions[id] = versions[id]["data"]["task"]["version"]
+    callback = {"kind": "promise.register_callback", "head": {}, "data": {"awaited": "child", "awaiter": "parent"}}
+    suspend = {"id": "parent", "version": versions["parent"], "actions": [callback]}
+    assert answer(envelope("task.suspend", suspend))["head"]["status"] == 200
+    settle = {"kind": "promise.settle", "head": {}, "data": {"id": "child", "state": "resolved", "value": {}}}
+    resumed = round_trips(envelope("task.fulfill", {"id": "child", "version": versions["child"], "action": settle}))
+    assert len(resumed) == 3, resumed
+    assert "FOR UPDATE" in resumed[1] and resumed[1].count("SELECT") >= 3, resumed  # settle; lock awaiter; its task
+    assert "outbox_message" in resumed[2] and resumed[2].endswith('; COMMIT"'), resumed  # its write and its execute
+    assert rows.fetch(Promise, "child").state == "resolved"
+    from tasks.models import Task
+
+    assert rows.fetch(Task, "parent").state == "pending"

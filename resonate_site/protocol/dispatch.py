@@ -16,9 +16,9 @@ class Operation(NamedTuple):
     # How it meets PostgreSQL (floor/transactions.py). AUTOCOMMIT: it only reads (reads project: only the
     # timeout transitions write), or writes with one statement.
     mode: Mode = Mode.TRANSACTION
-    # read_first(req, now) -> Reply, or None: answers by one read, without a transaction, whatever the operation
-    # would answer without writing; when it returns None the handler runs.
-    read_first: object = None
+    # first(req, now) -> Reply, or None: answers without a transaction (in autocommit) whatever it can with one
+    # statement, a read or a write atomic by itself; when it returns None the handler runs.
+    first: object = None
 
 
 AUTOCOMMIT = Mode.AUTOCOMMIT
@@ -31,9 +31,9 @@ OPERATIONS = {
     "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
     "promise.search": Operation(s.PromiseSearch, promises.promise_search, AUTOCOMMIT),
     "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT),
-    "task.create": Operation(s.TaskCreate, tasks.task_create),
+    "task.create": Operation(s.TaskCreate, tasks.task_create, first=tasks.task_create_new),
     "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
-    "task.fence": Operation(s.TaskFence, tasks.task_fence, read_first=tasks.task_fence_read),
+    "task.fence": Operation(s.TaskFence, tasks.task_fence, first=tasks.task_fence_read),
     "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat, AUTOCOMMIT),
     "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
     "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill),
@@ -54,10 +54,10 @@ OPERATIONS = {
 
 
 def run(operation, req, now):
-    """Run one operation: its read_first, if it has one, then (unless that answered) its handler, each in the
+    """Run one operation: its first step, if it has one, then (unless that answered) its handler, each in the
     mode it needs (floor/transactions.py); retried on lost races. Returns the handler's Reply."""
-    if operation.read_first is not None:
-        answer = run_atomically(operation.read_first, req, now, mode=Mode.AUTOCOMMIT)
+    if operation.first is not None:
+        answer = run_atomically(operation.first, req, now, mode=Mode.AUTOCOMMIT)
         if answer is not None:
             return answer
     return run_atomically(operation.handler, req, now, mode=operation.mode)
