@@ -26,6 +26,7 @@ DEFAULTS = {
     "SWEEP_PERIOD_MS": 2000,  # Celery Beat starts a sweep this often (whole seconds); each sweeps until the next
     "SWEEP_IDLE_MS": 50,  # longest sleep between looks for due timeouts (bounds lateness of new timers)
     "SWEEP_BATCH": 100,  # timeouts fired per transaction by the background sweep
+    "SCHEDULE_CATCH_UP_MAX": 1000,  # occurrences one schedule timeout creates; a schedule further behind stays due
     # Delivery of execute/unblock messages
     "HUB_URL": "",  # where SSE streams meet deliverers across processes: "" = in memory, or redis://…
     "DELIVERY_PASS_MS": 1000,  # how often undelivered and retry-due messages are looked at again (Beat: whole s)
@@ -53,6 +54,7 @@ POSITIVE = {
     "SWEEP_PERIOD_MS",
     "SWEEP_IDLE_MS",
     "SWEEP_BATCH",
+    "SCHEDULE_CATCH_UP_MAX",
     "DELIVERY_PASS_MS",
     "DELIVERY_ATTEMPTS",
     "POLL_GRACE_MS",

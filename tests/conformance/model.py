@@ -15,6 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 from croniter import croniter
 
+from floor.conf import DEFAULTS
+
+CATCH_UP_MAX = DEFAULTS["SCHEDULE_CATCH_UP_MAX"]  # the server's bound on one catch-up (schedules/engine.py)
+
 I64_MAX = 2**63 - 1
 
 PROTOCOL_VERSION = "2026-04-01"
@@ -422,8 +426,11 @@ class SpecModel:
 
     def catch_up(self, now: int, s: Schedule) -> Schedule:
         # I64_MAX means "no next occurrence" (not a whole second), so it never fires; the Lean
-        # recursion would otherwise never end once now reached it.
-        while s.next_run_at <= now and s.next_run_at != I64_MAX:
+        # recursion would otherwise never end once now reached it. The server stops after
+        # SCHEDULE_CATCH_UP_MAX occurrences in one transition (schedules/engine.py), the Lean does not.
+        fired = 0
+        while s.next_run_at <= now and s.next_run_at != I64_MAX and fired < CATCH_UP_MAX:
+            fired += 1
             cron_time = s.next_run_at
             self.promise_create(
                 {

@@ -324,6 +324,18 @@ def test_timeouts_made_due_by_a_catch_up_fire_in_the_same_sweep(protocol):
     assert snap["promiseTimeouts"] == [] and snap["taskTimeouts"] == []
 
 
+def test_a_catch_up_creates_at_most_its_bound_and_the_schedule_stays_due_for_the_next_sweep(protocol, settings):
+    # Deviation from the Lean, which creates every missed occurrence at once: a tick to the year 9999 on an hourly
+    # schedule would be about 70 million promises in one request.
+    settings.RESONATE = {**settings.RESONATE, "SCHEDULE_CATCH_UP_MAX": 3}
+    protocol("schedule.create", schedule(cron="0 * * * *", timeout=10**14), now=0)
+    protocol.tick(253402300799000)  # 9999-12-31T23:59:59Z
+    assert sorted(p["id"] for p in protocol.snap()["promises"]) == ["s.10800000", "s.3600000", "s.7200000"]
+    assert protocol("schedule.get", {"id": "s"}, now=0).data["schedule"]["nextRunAt"] == 14_400_000  # still due
+    protocol.tick(253402300799000)
+    assert len(protocol.snap()["promises"]) == 6
+
+
 def test_a_retry_made_due_by_a_catch_up_fires_in_the_same_sweep(protocol):
     protocol("schedule.create", schedule(timeout=60_000), now=0)
     protocol.tick(12_000)
