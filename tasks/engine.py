@@ -6,7 +6,7 @@ from floor import rows
 from floor.conf import resonate_settings
 from floor.protocol import DELAY, later
 from outbox.messages import execute, set_execute, set_executes, setting_messages
-from promises.models import Callback, Promise
+from promises.models import Callback, Promise, PromiseState
 from tasks.models import Task, TaskState, TimeoutKind
 
 
@@ -57,6 +57,55 @@ def acquire(task, pid, ttl, now):
         rows.at_commit([task.writing()])  # sent with the commit
         return []
     return records(rows.write_then_fetch(task.writing(), Promise, _same_branch(), [promise.branch, promise.id]), now)
+
+
+def acquire_at_once(task_id, version, pid, ttl, now):
+    """T-03 as one query string without a transaction (PostgreSQL): the task acquired, with its promise attached,
+    and its preload's promises; None when it was not acquired (not pending at `version`, its promise not live,
+    absent) or elsewhere than on PostgreSQL: the caller then acquires in a transaction, which says why.
+
+    The promise is locked first, as for every task write, by a MATERIALIZED CTE; the task is then written only
+    if it is pending at that version and its promise live, conditions checked on the rows as they stand once the
+    lock is held (a locked row, and a row updated meanwhile, are read again by READ COMMITTED). The promise and
+    the preload are read by statements of their own, after the write, while the lock is still held (one query
+    string in autocommit runs as one implicit transaction). The values are those of Task.to_acquired.
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    table, promises = rows.quote(Task._meta.db_table), rows.quote(Promise._meta.db_table)
+    acquired = Task(version=0)
+    acquired.to_acquired(pid, ttl, now)  # the version goes up in SQL: a version of 2^63-1 is only ever stale
+    leased = [(name, rows.prepare(Task._meta.get_field(name), getattr(acquired, name), connection)) for name in _LEASED]
+    assignments = ", ".join(['"version" = t."version" + 1', *(f"{rows.quote(name)} = %s" for name, _ in leased)])
+    sql = (
+        f'WITH held AS MATERIALIZED (SELECT "id", "state", "timeout_at" FROM {promises} WHERE "id" = %s FOR UPDATE)'
+        f" UPDATE {table} t SET {assignments}"
+        f' FROM held WHERE t."id" = held."id" AND t."state" = %s AND t."version" = %s'
+        f' AND held."state" = %s AND held."timeout_at" > %s'
+        f" RETURNING {', '.join(f't.{column}' for column in rows.columns(Task).split(', '))};"
+        f' SELECT {rows.columns(Promise)} FROM {promises} WHERE "id" = %s;'
+        f" SELECT {rows.columns(Promise)} FROM {promises}"
+        f" WHERE {_in_branch(f'(SELECT {rows.quote("branch")} FROM {promises} WHERE {rows.quote("id")} = %s)')}"
+        ' ORDER BY "id"'
+    )
+    params = [task_id, *(value for _, value in leased), TaskState.PENDING, version, PromiseState.PENDING, now]
+    params += [task_id, task_id, task_id]
+    with rows.cursor_of(connection) as cursor:
+        cursor.execute(sql, params)
+        written = cursor.fetchall()
+        cursor.nextset()
+        promise = cursor.fetchall()
+        cursor.nextset()
+        branch = cursor.fetchall()
+    if not written:
+        return None
+    (task,), (task.promise,) = rows.instances(Task, written), rows.instances(Promise, promise)
+    return task, rows.instances(Promise, branch)
+
+
+_LEASED = ("state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")  # what to_acquired sets, but the version
 
 
 def suspend(task, awaited_ids):

@@ -4,7 +4,15 @@ from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, se
 from promises.engine import create, settle
 from promises.handlers import promise_create, promise_settle
 from promises.models import Promise
-from tasks.engine import acquire, preload, read_for_fence, records, return_to_pending, suspend
+from tasks.engine import (
+    acquire,
+    acquire_at_once,
+    preload,
+    read_for_fence,
+    records,
+    return_to_pending,
+    suspend,
+)
 from tasks.models import Task, TaskState
 
 NOT_PENDING = Reply(409, "Task is not pending")
@@ -73,6 +81,16 @@ def _created_reply(created, now):
     task, promise = created.task, created.promise
     shared = preload(promise, now) if task.state == TaskState.ACQUIRED else []  # none if born settled
     return ok(task=task.to_record(), promise=promise.to_record(), preload=shared)
+
+
+def task_acquire_at_once(req, now):
+    """T-03 by one query string, without a transaction, when the task is acquired (task.acquire's first step);
+    None otherwise: task_acquire then runs, in a transaction, and says why not."""
+    acquired = acquire_at_once(req["id"], req["version"], req["pid"], req["ttl"], now)
+    if acquired is None:
+        return None
+    task, branch = acquired
+    return ok(task=task.to_record(), promise=task.promise.to_record(), preload=records(branch, now))
 
 
 def task_acquire(req, now):

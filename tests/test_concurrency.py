@@ -305,3 +305,37 @@ def test_a_fulfill_that_waited_for_its_awaiters_lock_resumes_the_task_as_the_hol
         status, task = rpc("task.get", {"id": "aw"})
     assert task["task"]["state"] == "pending"
     assert Message.objects.filter(kind="execute", subject="aw").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_acquire_that_waited_for_the_promises_lock_finds_the_task_as_the_holder_left_it(server):
+    """task.acquire's one statement (tasks.engine.acquire_at_once) locks the promise before it writes the task,
+    as every task write does: an acquire blocked behind a fulfilment must get a 409, not a lease on a task that is
+    done; and the 409 says why, as the transaction that task_acquire then runs finds it."""
+    import psycopg
+    from django.db import connection
+
+    with Client(server) as rpc:
+        data = {"id": "acq", "timeoutAt": FAR, "tags": {"resonate:target": TARGET}}
+        assert rpc("promise.create", data)[0] == 200
+        status, got = rpc("task.get", {"id": "acq"})
+        version = got["task"]["version"]
+        dsn = connection.get_connection_params()
+        with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
+            holder.execute("SELECT 1 FROM promises_promise WHERE id = 'acq' FOR UPDATE")  # as task.fulfill does first
+            with ThreadPoolExecutor(1) as pool, Client(server) as other:
+                acquire = {"id": "acq", "version": version, "pid": "w", "ttl": 60_000}
+                acquiring = pool.submit(other, "task.acquire", acquire)
+                time.sleep(0.5)
+                assert not acquiring.done(), "the acquire did not wait for the promise's lock"
+                holder.execute("UPDATE promises_promise SET state = 'resolved', settled_at = 1 WHERE id = 'acq'")
+                holder.execute(
+                    "UPDATE tasks_task SET state = 'fulfilled', pid = NULL, ttl = NULL, timeout_kind = NULL,"
+                    " timeout_at = NULL WHERE id = 'acq'"
+                )
+                holder.commit()
+                status, refused = acquiring.result(timeout=10)
+        assert status == 409
+        status, got = rpc("task.get", {"id": "acq"})
+    assert got["task"]["state"] == "fulfilled"

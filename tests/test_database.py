@@ -323,25 +323,25 @@ def test_hot_statements_follow_the_connection_when_django_replaces_it():
 @pytest.mark.django_db(transaction=True)
 def test_a_transaction_s_begin_goes_with_its_first_statement_and_its_commit_with_its_last_write(tmp_path):
     """psycopg sends BEGIN and COMMIT as round trips of their own; rows puts BEGIN in front of the transaction's
-    first statement, and sends the writes held for the commit (rows.at_commit) with COMMIT: an acquire is two
-    round trips. Read off libpq's trace of what the connection sent, so that a psycopg upgrade that changes this
-    is caught."""
-    from tasks.models import Task
+    first statement, and sends the writes held for the commit (rows.at_commit) with COMMIT: a listener's
+    registration is two round trips. Read off libpq's trace of what the connection sent, so that a psycopg upgrade
+    that changes this is caught."""
+    from promises.models import Listener
 
-    created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}}))
+    created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
     assert created["head"]["status"] == 200
     raw, trace = connection.connection, tmp_path / "libpq.trace"
     with open(trace, "w") as sink:
         raw.pgconn.trace(sink.fileno())
         try:
-            reply = answer(envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60_000}))
+            reply = answer(envelope("promise.register_listener", {"awaited": "p", "address": "poll://uni@g/w"}))
         finally:
             raw.pgconn.untrace()
     sent = [line.split("\t", 4)[-1] for line in trace.read_text().splitlines() if "\tF\t" in line]
 
-    assert reply["head"]["status"] == 200 and rows.fetch(Task, "p").state == "acquired"
+    assert reply["head"]["status"] == 200 and Listener.objects.filter(promise_id="p").exists()
     assert len(sent) == 2, sent
-    assert sent[0].startswith(' "BEGIN; SELECT') and sent[1].startswith(' "UPDATE "tasks_task"'), sent
+    assert sent[0].startswith(' "BEGIN; SELECT') and sent[1].startswith(' "INSERT INTO "promises_listener"'), sent
     assert sent[1].endswith('; COMMIT"'), sent
     assert connection.get_autocommit() and raw.autocommit  # as atomic() leaves a connection
 
@@ -395,7 +395,7 @@ def test_a_connection_lost_while_sending_the_held_writes_with_the_commit_is_a_50
         return held(*args, **kwargs)
 
     monkeypatch.setattr(rows, "commit_held", cut_then_commit)
-    reply = answer(envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60_000}))
+    reply = answer(envelope("promise.register_listener", {"awaited": "p", "address": "poll://uni@g/w"}))
 
     assert reply["head"]["status"] == 503 and sends == [1]
 
@@ -459,14 +459,13 @@ def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_settlement_with_nothing_registered_is_two_round_trips_a_settle_with_a_listener_three_and_a_resume_three(
-    tmp_path,
-):
+def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tmp_path):
     """promise.settle locks the promise and asks what is registered on it in one round trip; with nothing
     registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a fenced
     settle's. With a listener the settlement takes it and writes its unblock: a round trip for the settlement,
     then the unblock with the COMMIT; with an awaiter, its lock and task read go with the settlement. A
-    registration's insert goes with COMMIT, and task.create of a new promise is one statement. A round trip
+    registration's insert goes with COMMIT, task.create of a new promise is one statement, and task.acquire one
+    query string. A round trip
     is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent)."""
     from promises.models import Promise
 
@@ -545,3 +544,10 @@ def test_a_settlement_with_nothing_registered_is_two_round_trips_a_settle_with_a
     from tasks.models import Task
 
     assert rows.fetch(Task, "parent").state == "pending"
+
+    # Acquiring the resumed task: the promise's lock, the task's write and the reads for the reply, in one string.
+    version = answer(envelope("task.get", {"id": "parent"}))["data"]["task"]["version"]
+    acquire = {"id": "parent", "version": version, "pid": "w", "ttl": 60_000}
+    acquired = round_trips(envelope("task.acquire", acquire))
+    assert len(acquired) == 1 and acquired[0].startswith(' "WITH held AS MATERIALIZED'), acquired
+    assert rows.fetch(Task, "parent").state == "acquired"

@@ -32,7 +32,7 @@ OPERATIONS = {
     "promise.search": Operation(s.PromiseSearch, promises.promise_search, AUTOCOMMIT),
     "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT),
     "task.create": Operation(s.TaskCreate, tasks.task_create, first=tasks.task_create_new),
-    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire),
+    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire, first=tasks.task_acquire_at_once),
     "task.fence": Operation(s.TaskFence, tasks.task_fence, first=tasks.task_fence_read),
     "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat, AUTOCOMMIT),
     "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
