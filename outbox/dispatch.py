@@ -84,9 +84,10 @@ class Written(NamedTuple):
 
 
 def record_delivered(identities):
-    """From a stream's event loop: record delivered these messages, (key, created_at), its stream has written. By
-    this process's deliverer, with the next batch it handles; with none here (tests, commands), on the loop's
-    executor. Not recorded (the process dies, the database is away), a message is sent again once its claim lapses."""
+    """From a stream's event loop: have these messages, (key, created_at), which the stream has written to its
+    client, recorded delivered: by this process's deliverer, with the next batch it handles, or with none here
+    (tests, commands) on the loop's executor. One left unrecorded (the process dies, the database is away) goes
+    out again once its claim lapses."""
     running = deliverer()
     if running is not None:
         running.wake([Written(*identity) for identity in identities])

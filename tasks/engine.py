@@ -74,26 +74,12 @@ def acquire_at_once(task_id, version, pid, ttl, now):
 
     if connection.vendor != "postgresql":
         return None
-    table, promises = rows.quote(Task._meta.db_table), rows.quote(Promise._meta.db_table)
     acquired = Task(version=0)
     acquired.to_acquired(pid, ttl, now)  # the version goes up in SQL: a version of 2^63-1 is only ever stale
-    leased = [(name, rows.prepare(Task._meta.get_field(name), getattr(acquired, name), connection)) for name in _LEASED]
-    assignments = ", ".join(['"version" = t."version" + 1', *(f"{rows.quote(name)} = %s" for name, _ in leased)])
-    sql = (
-        f'WITH held AS MATERIALIZED (SELECT "id", "state", "timeout_at" FROM {promises} WHERE "id" = %s FOR UPDATE)'
-        f" UPDATE {table} t SET {assignments}"
-        f' FROM held WHERE t."id" = held."id" AND t."state" = %s AND t."version" = %s'
-        f' AND held."state" = %s AND held."timeout_at" > %s'
-        f" RETURNING {', '.join(f't.{column}' for column in rows.columns(Task).split(', '))};"
-        f' SELECT {rows.columns(Promise)} FROM {promises} WHERE "id" = %s;'
-        f" SELECT {rows.columns(Promise)} FROM {promises}"
-        f" WHERE {_in_branch(f'(SELECT {rows.quote("branch")} FROM {promises} WHERE {rows.quote("id")} = %s)')}"
-        ' ORDER BY "id"'
-    )
-    params = [task_id, *(value for _, value in leased), TaskState.PENDING, version, PromiseState.PENDING, now]
-    params += [task_id, task_id, task_id]
+    leased = [rows.prepare(Task._meta.get_field(name), getattr(acquired, name), connection) for name in _LEASED]
+    params = [task_id, *leased, TaskState.PENDING, version, PromiseState.PENDING, now, task_id, task_id, task_id]
     with rows.cursor_of(connection) as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_acquiring(), params)
         written = cursor.fetchall()
         cursor.nextset()
         promise = cursor.fetchall()
@@ -106,6 +92,23 @@ def acquire_at_once(task_id, version, pid, ttl, now):
 
 
 _LEASED = ("state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")  # what to_acquired sets, but the version
+
+
+@cache
+def _acquiring():
+    """acquire_at_once's query string."""
+    table, promises = rows.quote(Task._meta.db_table), rows.quote(Promise._meta.db_table)
+    assignments = ", ".join(['"version" = t."version" + 1', *(f"{rows.quote(name)} = %s" for name in _LEASED)])
+    branch = f'(SELECT "branch" FROM {promises} WHERE "id" = %s)'
+    return (
+        f'WITH held AS MATERIALIZED (SELECT "id", "state", "timeout_at" FROM {promises} WHERE "id" = %s FOR UPDATE)'
+        f" UPDATE {table} t SET {assignments}"
+        f' FROM held WHERE t."id" = held."id" AND t."state" = %s AND t."version" = %s'
+        f' AND held."state" = %s AND held."timeout_at" > %s'
+        f" RETURNING {', '.join(f't.{column}' for column in rows.columns(Task).split(', '))};"
+        f' SELECT {rows.columns(Promise)} FROM {promises} WHERE "id" = %s;'
+        f' SELECT {rows.columns(Promise)} FROM {promises} WHERE {_in_branch(branch)} ORDER BY "id"'
+    )
 
 
 def suspend(task, awaited_ids):
