@@ -221,18 +221,25 @@ def record(messages, outcomes, now):
     is sent again (delivery is at least once anyway). Returns the state each recorded attempt left its
     message in.
 
-    A message a stream took is not recorded here: it stays claimed, and its stream records it delivered once
-    it has written it to its client (record_written). A stream whose process dies first (killed, or frozen
-    and then killed, with its Redis subscription still open) leaves it to be sent again once the claim lapses.
+    A message a stream took stays claimed, and its stream records it delivered once it has written it to its
+    client (record_written). A stream whose process dies first (killed, or frozen and then killed, with its
+    Redis subscription still open) leaves it to be sent again once the claim lapses. Such a message is recorded
+    here only if it had waited for a stream: its poll grace starts afresh, as when a stream sends it back
+    (requeue), or an attempt after the lapse could drop it at once.
     """
-    attempts = [(m, o) for m, o in zip(messages, outcomes, strict=True) if o[0] is not Outcome.TAKEN]
+    attempts = [
+        (m, o)
+        for m, o in zip(messages, outcomes, strict=True)
+        if o[0] is not Outcome.TAKEN or m.unreached_since is not None
+    ]
     if not attempts:
         return []
     states = []
     for message, (outcome, detail) in attempts:
         after = settled_as(message, outcome, now)
-        states.append(after.state)
-        if after.state != DeliveryState.DELIVERED:
+        if outcome is not Outcome.TAKEN:  # counted when its stream has written it
+            states.append(after.state)
+        if after.state != DeliveryState.DELIVERED and outcome is not Outcome.TAKEN:
             # A stream reconnecting is routine (a message waits for it), and so is a stale execute: DEBUG; a
             # message dropped or a push failing is worth an operator's eye. /metrics counts every outcome.
             quiet = outcome is Outcome.STALE or (outcome is Outcome.UNREACHED and after.state == DeliveryState.PENDING)
@@ -275,10 +282,13 @@ def record_written(identities, now):
         for key, created_at in identities
     ]
     sql, params, _ = rows.updating(written, "state", "delivered_at", by=VERSION, only={"state": DeliveryState.PENDING})
-    if connection.vendor == "postgresql":
+    postgresql = connection.vendor == "postgresql"
+    if postgresql:
         sql = "SET LOCAL synchronous_commit TO OFF; " + sql
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+        if postgresql:
+            cursor.nextset()  # from SET's result to the UPDATE's
         return cursor.rowcount
 
 
@@ -295,6 +305,8 @@ def settled_as(message, outcome, now):
     """The message's bookkeeping after an attempt with this outcome."""
     if outcome is Outcome.DELIVERED:
         return Settled(DeliveryState.DELIVERED, message.next_attempt_at, now)
+    if outcome is Outcome.TAKEN:  # still claimed (the lease), waiting for its stream's receipt; a grace afresh
+        return Settled(DeliveryState.PENDING, message.next_attempt_at)
     if outcome is Outcome.UNREACHED:
         # A stream reconnects after each SSE_MAX_AGE_MS, and the SDKs wait a second before they do: a
         # message sent in that gap waits for the new stream rather than being lost (unblock is never re-sent).

@@ -340,3 +340,36 @@ def test_the_process_deliverer_records_what_its_streams_have_written(memory_hub,
         assert recorded_delivered(message.key)
     finally:
         running.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recording_what_streams_wrote_says_how_many_it_recorded():
+    from floor.transactions import Mode, run_atomically
+    from outbox.delivery import record_written
+
+    messages = [Message.build(MessageKind.UNBLOCK, id, ADDRESS, {"promise": {"id": id}}, now=1) for id in "pq"]
+    Message.objects.store(messages)
+    identities = [(m.key, m.created_at) for m in messages] + [("absent", 1)]
+    assert run_atomically(record_written, identities, now_ms(), mode=Mode.AUTOCOMMIT) == 2  # /metrics counts these
+    assert run_atomically(record_written, identities, now_ms(), mode=Mode.AUTOCOMMIT) == 0  # recorded already
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_that_had_waited_for_a_stream_gets_its_grace_afresh_when_a_stream_takes_it(memory_hub):
+    # Were the stream's process to die before writing it, the attempt after the claim lapses must not find the
+    # grace spent by the earlier wait, and drop the unblock at once.
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=1)
+    Message.objects.store([message])
+    Message.objects.filter(key=message.key).update(unreached_since=now_ms() - 8_000)
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)
+        assert await asyncio.to_thread(deliver) == [message.key]
+        taken = await asyncio.to_thread(Message.objects.get, key=message.key)
+        await lines.aclose()
+        return taken
+
+    taken = asyncio.run(scenario())
+    assert (taken.state, taken.unreached_since) == (DeliveryState.PENDING, None)
+    assert taken.next_attempt_at > now_ms()  # still claimed
