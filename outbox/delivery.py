@@ -261,9 +261,7 @@ def record(messages, outcomes, now):
         by=CLAIM,
         only={"state": DeliveryState.PENDING},
     )
-    if connection.vendor == "postgresql":
-        sql = "SET LOCAL synchronous_commit TO OFF; " + sql  # one round trip: a simple query of two statements
-    rows.execute(sql, params, several=True)
+    _update_unflushed(sql, params)
     return states
 
 
@@ -282,11 +280,16 @@ def record_written(identities, now):
         for key, created_at in identities
     ]
     sql, params, _ = rows.updating(written, "state", "delivered_at", by=VERSION, only={"state": DeliveryState.PENDING})
+    return _update_unflushed(sql, params)
+
+
+def _update_unflushed(sql, params):
+    """Run one UPDATE of delivery bookkeeping, which needs no transaction, with a commit that does not wait for the
+    disk (see bookkeeping): on PostgreSQL, SET LOCAL goes in the same query string, one round trip. How many rows
+    it updated."""
     postgresql = connection.vendor == "postgresql"
-    if postgresql:
-        sql = "SET LOCAL synchronous_commit TO OFF; " + sql
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    with rows.cursor_of(connection) as cursor:
+        cursor.execute(f"SET LOCAL synchronous_commit TO OFF; {sql}" if postgresql else sql, params)
         if postgresql:
             cursor.nextset()  # from SET's result to the UPDATE's
         return cursor.rowcount
