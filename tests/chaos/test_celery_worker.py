@@ -27,7 +27,10 @@ def test_a_worker_busy_sweeping_survives_the_broker_going_away_and_takes_tasks_a
     }
     log = tmp_path / "w.log"
     celery = ["-m", "celery", "-A", "resonate_site"]
-    worker = Process([*celery, "worker", "--concurrency", "1", "--loglevel", "info"], env, log, runtime_python())
+    # Started as README and deploy/supervisord.conf start it: without mingle, whose hello on reconnecting exits the
+    # worker when the broker goes again meanwhile (a Celery behaviour the deployment switches off).
+    worker_args = ["worker", "--concurrency", "1", "--without-gossip", "--without-mingle", "--loglevel", "info"]
+    worker = Process([*celery, *worker_args], env, log, runtime_python())
     beat = Process(
         [*celery, "beat", "--schedule", str(tmp_path / "schedule")], env, tmp_path / "b.log", runtime_python()
     )
