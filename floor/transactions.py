@@ -63,12 +63,17 @@ class Mode(enum.Enum):
     AUTOCOMMIT = "autocommit"  # no BEGIN/COMMIT: it only reads, or writes with one statement
 
 
-def run_atomically(operation, *args, mode=Mode.TRANSACTION):
+def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False):
     """operation(*args) inside transaction.atomic(), re-run from scratch on a lost race (bounded).
 
     A kept connection that turns out to be dead is replaced and the operation runs again, once: nothing
     of it can have been committed. A connection lost while committing leaves the outcome unknown, and a
     database that cannot be reached at all is Unavailable; either way the caller is told to retry.
+
+    ambiguous_none: the operation writes with one statement in autocommit, and answers None when it finds
+    that write already made (task.create's and task.acquire's first steps). Its statement may have committed
+    before the connection was lost; run again, its None cannot tell that write from another request's, so it
+    is Unavailable, as a connection lost while committing is. Run again, any other answer is its own.
 
     In Mode.AUTOCOMMIT the operation runs without a transaction on PostgreSQL: it only reads (under READ
     COMMITTED each statement sees its own snapshot anyway) or writes with one statement, atomic by itself.
@@ -80,7 +85,10 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION):
         committing = False
         try:
             if mode is Mode.AUTOCOMMIT and postgresql:
-                return _collecting(operation, args)
+                result = _collecting(operation, args)
+                if result is None and ambiguous_none and reconnected:
+                    raise Unavailable(f"{operation.__name__}: connection lost while its write may have committed")
+                return result
             outermost = not connection.in_atomic_block  # a savepoint's writes are not the commit's to send
             with transaction.atomic(), rows.holding_for_commit() if outermost else contextlib.nullcontext():
                 result = _collecting(operation, args)

@@ -106,6 +106,78 @@ def test_a_connection_lost_while_committing_is_a_503_not_a_retry(through_proxy, 
     assert reply["head"]["status"] == 503 and runs == ["p"]
 
 
+def task_create(id):
+    action = {
+        "kind": "promise.create",
+        "head": {},
+        "data": {"id": id, "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}},
+    }
+    return envelope("task.create", {"pid": "w", "ttl": 60000, "action": action})
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
+def test_a_first_step_whose_write_committed_before_the_connection_was_lost_is_a_503_not_a_409(
+    kind, through_proxy, monkeypatch
+):
+    """task.create's and task.acquire's first steps write with one statement in autocommit. When the connection
+    is lost after that statement committed, the step runs again on a new connection and finds the write made:
+    it cannot tell it was its own, and the caller, who may hold the task, must not be told 409."""
+    from resonate_site.protocol import dispatch
+
+    if kind == "task.acquire":
+        created = answer(
+            envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}})
+        )
+        assert created["head"]["status"] == 200
+        body = envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60000})
+    else:
+        body = task_create("p")
+    runs, operation = [], dispatch.OPERATIONS[kind]
+
+    def write_then_cut(req, now):
+        reply = operation.first(req, now)
+        runs.append(reply is not None)
+        if len(runs) == 1:
+            through_proxy("drop")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # the reply that does not come back
+        return reply
+
+    write_then_cut.__name__ = operation.first.__name__
+    monkeypatch.setitem(dispatch.OPERATIONS, kind, operation._replace(first=write_then_cut))
+
+    reply = answer(body)
+
+    assert runs == [True, False]  # the write committed; run again, the step found it made
+    assert reply["head"]["status"] == 503, reply
+    task = answer(envelope("task.get", {"id": "p"}))["data"]["task"]
+    assert (task["state"], task["version"]) == ("acquired", 1)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
+def test_a_first_step_on_a_kept_connection_the_network_cut_succeeds_on_a_new_one(kind, through_proxy):
+    """The statement never reached the database: run again, the step's write is its own, and so is the answer."""
+    if kind == "task.acquire":
+        created = answer(
+            envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}})
+        )
+        assert created["head"]["status"] == 200
+        body = envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60000})
+    else:
+        answer(envelope("promise.get", {"id": "warm"}))  # a kept connection
+        body = task_create("p")
+    through_proxy("drop")
+
+    reply = answer(body)
+
+    assert reply["head"]["status"] == 200, reply
+    assert reply["data"]["task"]["state"] == "acquired"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_committed_operation_answers_200_when_telling_the_deliverer_fails(monkeypatch):
     from outbox import dispatch

@@ -19,6 +19,8 @@ class Operation(NamedTuple):
     # first(req, now) -> Reply, or None: answers without a transaction (in autocommit) whatever it can with one
     # statement, a read or a write atomic by itself; when it returns None the handler runs.
     first: object = None
+    # Whether `first` writes (its statement is its commit): see run_atomically's ambiguous_none.
+    first_writes: bool = False
 
 
 AUTOCOMMIT = Mode.AUTOCOMMIT
@@ -31,8 +33,8 @@ OPERATIONS = {
     "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
     "promise.search": Operation(s.PromiseSearch, promises.promise_search, AUTOCOMMIT),
     "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT),
-    "task.create": Operation(s.TaskCreate, tasks.task_create, first=tasks.task_create_new),
-    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire, first=tasks.task_acquire_at_once),
+    "task.create": Operation(s.TaskCreate, tasks.task_create, first=tasks.task_create_new, first_writes=True),
+    "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire, first=tasks.task_acquire_at_once, first_writes=True),
     "task.fence": Operation(s.TaskFence, tasks.task_fence, first=tasks.task_fence_read),
     "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat, AUTOCOMMIT),
     "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
@@ -57,7 +59,7 @@ def run(operation, req, now):
     """Run one operation: its first step, if it has one, then (unless that answered) its handler, each in the
     mode it needs (floor/transactions.py); retried on lost races. Returns the handler's Reply."""
     if operation.first is not None:
-        answer = run_atomically(operation.first, req, now, mode=Mode.AUTOCOMMIT)
+        answer = run_atomically(operation.first, req, now, mode=Mode.AUTOCOMMIT, ambiguous_none=operation.first_writes)
         if answer is not None:
             return answer
     return run_atomically(operation.handler, req, now, mode=operation.mode)
