@@ -4,6 +4,8 @@ import os
 
 from django.conf import settings
 from django.core.checks import Error, register
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 DEFAULTS = {
     # Protocol
@@ -96,15 +98,27 @@ def beat_seconds(ms):
 
 
 class ResonateSettings:
-    """Attribute access to RESONATE settings, falling back to DEFAULTS (like DRF's api_settings)."""
+    """Attribute access to RESONATE settings, falling back to DEFAULTS (like DRF's api_settings).
+
+    A setting read once is kept as an attribute of this object (requests read several each), until the
+    settings change (`setting_changed`: override_settings, pytest-django's `settings`).
+    """
 
     def __getattr__(self, name):
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown RESONATE setting: {name}")
-        return getattr(settings, "RESONATE", {}).get(name, DEFAULTS[name])
+        value = getattr(settings, "RESONATE", {}).get(name, DEFAULTS[name])
+        setattr(self, name, value)
+        return value
 
 
 resonate_settings = ResonateSettings()
+
+
+@receiver(setting_changed)
+def forget_settings(setting, **kwargs):
+    if setting == "RESONATE":
+        resonate_settings.__dict__.clear()
 
 
 @register()
