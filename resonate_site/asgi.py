@@ -29,7 +29,7 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from floor.conf import resonate_settings  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
-from resonate_site.serving import ProtocolThreads, watch_parent  # noqa: E402
+from resonate_site.serving import ProtocolThreads, deadlines, watch_parent  # noqa: E402
 
 STREAM_PREFIXES = ("/poll/",)
 JSON = b"application/json"
@@ -107,24 +107,30 @@ async def read_body(scope, receive, send):
     if declared_length(scope) > limit:
         await refuse(scope, send, 413, f"Request body larger than {limit} bytes")
         return None
+    task, seconds = asyncio.current_task(), resonate_settings.READ_TIMEOUT_MS / 1000
+    reading = deadlines(asyncio.get_running_loop())
+    reading.start(task, seconds, task.cancel)
     try:
-        async with asyncio.timeout(resonate_settings.READ_TIMEOUT_MS / 1000):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return None
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    await refuse(scope, send, 413, f"Request body larger than {limit} bytes")
-                    return None
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
-    except TimeoutError:
-        seconds = resonate_settings.READ_TIMEOUT_MS / 1000
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await refuse(scope, send, 413, f"Request body larger than {limit} bytes")
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    except asyncio.CancelledError:
+        if not reading.stop(task):
+            raise  # not the read deadline: the server is stopping, or the client has gone
+        task.uncancel()
         await refuse(scope, send, 408, f"Request body not received within {seconds:g} s")
         return None
+    finally:
+        reading.stop(task)
 
 
 def declared_length(scope):

@@ -61,3 +61,50 @@ def test_a_result_for_a_cancelled_coroutine_or_a_closed_loop_is_dropped_and_the_
     asyncio.run(cancelled())  # its loop is closed once run() returns: the thread's answer has nowhere to go
     gate.set()
     assert asyncio.run(next_one())[0] == 8  # the one thread is still there
+
+
+def test_a_read_deadline_fires_once_after_its_time_unless_stopped_first():
+    from resonate_site.serving import Deadlines, deadlines
+
+    fired = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        reading = deadlines(loop)
+        assert deadlines(loop) is reading  # one per event loop
+        reading.start("late", 0.1, lambda: fired.append(("late", loop.time() - started)))
+        reading.start("on time", 0.1, lambda: fired.append("on time"))
+        started = loop.time()
+        await asyncio.sleep(0.05)
+        assert reading.stop("on time") is False  # stopped before its deadline: it never fires
+        await asyncio.sleep(0.1 + 2 * Deadlines.SWEEP_S)
+        return reading.stop("late"), reading.stop("late")
+
+    assert asyncio.run(scenario()) == (True, False)  # stop() tells, once, that the deadline had fired
+    assert [name for name, _ in fired] == ["late"]
+    assert 0.1 <= fired[0][1] <= 0.1 + Deadlines.SWEEP_S + 0.1
+
+
+def test_a_body_read_cancelled_for_another_reason_than_its_deadline_stays_cancelled():
+    """A server stopping cancels the request's task: that is not the client's slowness, and no 408 goes out."""
+    from resonate_site.asgi import read_body
+
+    sent = []
+
+    async def scenario():
+        never = asyncio.Event()
+
+        async def receive():
+            await never.wait()
+
+        async def send(message):
+            sent.append(message)
+
+        reader = asyncio.create_task(read_body({"headers": [], "path": "/"}, receive, send))
+        await asyncio.sleep(0.01)
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+
+    asyncio.run(scenario())
+    assert sent == []
