@@ -9,6 +9,7 @@ callers keep working with models. Values become parameters as each field's own g
 
 import contextvars
 import json
+import re
 import threading
 import weakref
 from contextlib import contextmanager
@@ -266,28 +267,58 @@ _converter_cache = weakref.WeakKeyDictionary()  # {connection: {model: converter
 
 
 def _converters(model, connection):
-    """Per column, the functions the ORM applies to a raw database value (JSON text → objects, …).
+    """The columns whose raw database values the ORM converts (JSON text → objects, …), with the functions it
+    applies: [(index, column, functions)].
 
     Kept per connection object: connections belong to one thread, and so do their converters (some are
-    bound to the connection's own operations object).
+    bound to the connection's own operations object). A JSON column is read by orjson, where Django's
+    JSONField uses the json module; whatever orjson would read differently goes to the field's own converter
+    (`_json_reader`; tests/test_rows.py compares the two).
     """
     cache = _converter_cache.get(connection)
     if cache is None:
         cache = _converter_cache[connection] = {}
     if model not in cache:
         cache[model] = []
-        for field in model._meta.concrete_fields:
+        for index, field in enumerate(model._meta.concrete_fields):
             column = field.get_col(model._meta.db_table)
             functions = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-            cache[model].append((column, functions))
+            if isinstance(field, models.JSONField) and field.decoder is None:
+                functions = [
+                    _json_reader(function) if _is_json_loads(function, field) else function for function in functions
+                ]
+            if functions:
+                cache[model].append((index, column, functions))
     return cache[model]
+
+
+def _is_json_loads(function, field):
+    return getattr(function, "__func__", None) is models.JSONField.from_db_value and function.__self__ is field
+
+
+# 19 digits in a row may be an integer past 64 bits, which orjson reads as a float: the json module keeps it exact.
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def _json_reader(from_db_value):
+    def read_json(value, expression, connection):
+        if value is None:
+            return None
+        if type(value) is str and not _LONG_DIGITS.search(value):
+            try:
+                return orjson.loads(value)
+            except ValueError:  # not JSON orjson reads (a lone surrogate, a float past its range): the json module
+                pass
+        return from_db_value(value, expression, connection)
+
+    return read_json
 
 
 def _instance(model, row, connection, using):
     values = list(row)
-    for n, (column, functions) in enumerate(_converters(model, connection)):
+    for index, column, functions in _converters(model, connection):
         for function in functions:
-            values[n] = function(values[n], column, connection)
+            values[index] = function(values[index], column, connection)
     return model.from_db(using, _fields(model)[1], values)
 
 
