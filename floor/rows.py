@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import orjson
 from django.db import IntegrityError, connections, models
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 DEFAULT = "default"
 
@@ -46,8 +48,10 @@ def cursor_of(connection, single=False):
         with connection.cursor() as cursor:
             yield cursor
         return
-    connection.ensure_connection()
     raw = connection.connection
+    if raw is None:  # ensure_connection() itself costs a check for a running event loop and an environment read
+        connection.ensure_connection()
+        raw = connection.connection
     if _held.get():  # statements held for the commit go first: writes keep their order, and reads see them
         _send_held(connection, "")
     kept = _kept.__dict__.setdefault("cursors", {})
@@ -113,6 +117,7 @@ def _send_held(connection, then):
         cursor.execute(sql, params)
 
 
+IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
 BOUND_MAX = 65535  # parameters the extended protocol carries with one statement
 
 
@@ -134,9 +139,7 @@ class _Single:
 def opens_transaction(raw):
     """Whether the next statement on this psycopg connection starts the transaction Django has begun (atomic() has
     turned autocommit off, and no statement has run since), at the default isolation level."""
-    from psycopg.pq import TransactionStatus
-
-    return not raw.autocommit and raw.info.transaction_status == TransactionStatus.IDLE and raw.isolation_level is None
+    return not raw.autocommit and raw.pgconn.transaction_status == IDLE and raw.isolation_level is None
 
 
 class _Opening:
@@ -319,7 +322,51 @@ def _instance(model, row, connection, using):
     for index, column, functions in _converters(model, connection):
         for function in functions:
             values[index] = function(values[index], column, connection)
-    return model.from_db(using, _fields(model)[1], values)
+    attnames = _fields(model)[1]
+    if _signalled(model) or len(values) != len(attnames):
+        return model.from_db(using, attnames, values)
+    instance = model.__new__(model)  # what from_db does for a whole row: its attributes set from the columns
+    instance.__dict__.update(zip(attnames, values, strict=True))
+    state = instance._state = ModelState()
+    state.adding, state.db = False, using
+    return instance
+
+
+def new(model, **values):
+    """model(**values), unsaved: what Model.__init__ does with keyword arguments (a field's keyword, or its
+    default; a relation's keyword through its descriptor), without its per-field lookups, which cost 9-12 µs
+    an instance here, three for each create. tests/test_rows.py compares the two on every protocol model."""
+    plan = _new_plan(model)
+    constants, factories, names = plan
+    if _signalled(model) or not names.issuperset(values):
+        return model(**values)  # someone listens to its signals, or it raises Model.__init__'s TypeError
+    instance = model.__new__(model)
+    attributes = instance.__dict__
+    attributes.update(constants)
+    for attname, factory in factories:
+        attributes[attname] = factory()
+    instance._state = ModelState()
+    for name, value in values.items():
+        setattr(instance, name, value)
+    return instance
+
+
+@cache
+def _new_plan(model):
+    """(defaults that are values, (attname, default factory) pairs, the keywords Model.__init__ takes)."""
+    constants, factories, names = {}, [], set(model._meta._property_names)
+    for field in model._meta.concrete_fields:
+        names.update((field.name, field.attname))
+        if field.has_default() and callable(field.default):
+            factories.append((field.attname, field.default))
+        else:
+            constants[field.attname] = field.get_default()
+    return constants, tuple(factories), frozenset(names)
+
+
+def _signalled(model):
+    """Whether anything listens to the model's pre_init or post_init: then Model.__init__ must send them."""
+    return pre_init.has_listeners(model) or post_init.has_listeners(model)
 
 
 def fetch(model, pk, lock=False, using=DEFAULT):

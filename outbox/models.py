@@ -109,7 +109,8 @@ class Message(models.Model):
     def build(cls, kind, subject, address, data, now):
         """An unsaved message, due now (stored by outbox.messages or with the row that caused it)."""
         key = message_key(kind, subject, address)
-        return cls(key=key, kind=kind, subject=subject, address=address, data=data, created_at=now, next_attempt_at=now)
+        values = {"kind": kind, "subject": subject, "address": address, "data": data}
+        return rows.new(cls, key=key, **values, created_at=now, next_attempt_at=now)
 
     def body(self, server_url=None):
         """The message as workers receive it; execute carries the server's public URL (D14)."""

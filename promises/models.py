@@ -108,7 +108,8 @@ class Promise(models.Model):
     @classmethod
     def build(cls, id, param, tags, timeout_at, **fields):
         """An unsaved promise with the tag-derived columns filled in."""
-        return cls(
+        return rows.new(
+            cls,
             id=id,
             param=param,
             tags=tags,

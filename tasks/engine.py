@@ -26,7 +26,7 @@ def new_task(promise, now, holder=None):
     is acquired at once by its `holder`, (pid, ttl). Otherwise the task is pending: its execute is sent now,
     or held back by its retry timeout until resonate:delay.
     """
-    task = Task(promise=promise, version=0)
+    task = rows.new(Task, promise=promise, version=0)
     if not promise.is_pending:
         task.to_fulfilled()
         return task, []

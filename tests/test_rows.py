@@ -95,3 +95,60 @@ def test_a_json_column_reads_back_as_the_orm_reads_it(value):
     read = rows.fetch(Promise, "j")
 
     assert json.dumps(read.param, sort_keys=True) == json.dumps(Promise.objects.get(id="j").param, sort_keys=True)
+
+
+MODELS = [model for app in PROTOCOL_APPS for model in apps.get_app_config(app).get_models()]
+
+
+def instance_state(instance):
+    """What an instance holds: its attributes (a relation's cached object by identity), and its _state."""
+    attributes = {k: v for k, v in instance.__dict__.items() if k != "_state"}
+    cached = {k: id(v) for k, v in instance._state.fields_cache.items()}
+    return attributes, cached, instance._state.adding, instance._state.db
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda model: model.__name__)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_new_builds_what_the_models_own_constructor_builds(model, data):
+    """rows.new(model, **values) against model(**values): every protocol model, any subset of its fields given."""
+    fields = [field for field in model._meta.concrete_fields]
+    chosen = data.draw(st.lists(st.sampled_from(fields), unique=True, max_size=len(fields)))
+    values = {}
+    for field in chosen:
+        if isinstance(field, models.ForeignKey):  # given as the related instance, or as its key
+            related = field.related_model(pk=data.draw(st.text(min_size=1, max_size=4)))
+            by_instance = data.draw(st.booleans())
+            values[field.name if by_instance else field.attname] = related if by_instance else related.pk
+        else:
+            values[field.attname] = data.draw(values_for(field))
+
+    assert instance_state(rows.new(model, **values)) == instance_state(model(**values))
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda model: model.__name__)
+def test_new_gives_each_instance_its_own_default_objects(model):
+    first, second = rows.new(model), rows.new(model)
+    for field in model._meta.concrete_fields:
+        if field.has_default() and callable(field.default):
+            assert first.__dict__[field.attname] is not second.__dict__[field.attname]
+
+
+def test_new_refuses_what_the_models_own_constructor_refuses():
+    from promises.models import Promise
+
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        rows.new(Promise, id="p", colour="red")
+
+
+@pytest.mark.django_db
+def test_a_row_read_by_the_hot_paths_is_the_instance_the_orm_reads():
+    from promises.models import Promise
+    from tasks.models import Task
+
+    Promise.objects.create(id="r", timeout_at=1, created_at=0, tags={"resonate:target": "poll://any@g"})
+    Task.objects.create(promise_id="r", version=3, state="pending")
+
+    for model, pk in ((Promise, "r"), (Task, "r")):
+        hot, orm = rows.fetch(model, pk), model.objects.get(pk=pk)
+        assert instance_state(hot) == instance_state(orm)
