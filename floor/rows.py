@@ -9,6 +9,7 @@ callers keep working with models. Values become parameters as each field's own g
 
 import contextvars
 import json
+import operator
 import re
 import threading
 import weakref
@@ -176,11 +177,11 @@ def prepare(field, value, connection):
 
 def row_params(row, connection):
     """The parameters of an INSERT of this model instance's row (the fields of _fields, in order)."""
-    return [read(row, connection) for read in _row_preparers(type(row), connection.vendor)]
+    return _row_reader(type(row), connection.vendor).params(row, connection)
 
 
 @cache
-def _row_preparers(model, vendor):
+def _row_reader(model, vendor):
     return _readers(model, tuple(f.attname for f in _fields(model)[0]), vendor)
 
 
@@ -195,12 +196,14 @@ def _preparer(model, attname, vendor):
         def text(value, connection):
             return value if type(value) is str or value is None else slow(value, connection)
 
+        text.passes = frozenset({str, type(None)})
         return text
     if kind == "BooleanField" and type(own).get_prep_value is models.BooleanField.get_prep_value:
 
         def boolean(value, connection):
             return value if type(value) is bool or value is None else slow(value, connection)
 
+        boolean.passes = frozenset({bool, type(None)})
         return boolean
     if vendor == "postgresql" and kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
         from django.db.backends.postgresql.operations import DatabaseOperations
@@ -613,8 +616,8 @@ def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
     model = type(instances[0])
     only = only or {}
     sql, attnames = _updating(model, attnames, tuple(by or ()), tuple(only), len(instances), using)
-    readers = _readers(model, attnames, connection.vendor)
-    params = [read(instance, connection) for instance in instances for read in readers]
+    reader = _readers(model, attnames, connection.vendor)
+    params = [value for instance in instances for value in reader.params(instance, connection)]
     params += [prepare(model._meta.get_field(name), value, connection) for name, value in only.items()]
     return Statement(sql, params)
 
@@ -637,12 +640,25 @@ def _updating(model, attnames, by, conditions, count, using):
 
 @cache
 def _readers(model, attnames, vendor):
-    """Per attname, a function row → its parameter (as _row_preparers, for a chosen list of fields)."""
+    """The parameters of these fields of a row, each as its _preparer makes it (as row_params does for all)."""
+    return _Reader(attnames, [_preparer(model, attname, vendor) for attname in attnames])
 
-    def reader(attname, prepared):
-        return lambda row, connection: prepared(getattr(row, attname), connection)
 
-    return tuple(reader(attname, _preparer(model, attname, vendor)) for attname in attnames)
+class _Reader:
+    """Reads a row's attributes in one call, and prepares each value unless its type passes unchanged (a str for
+    a text field, a bool for a boolean one: the preparer would return it as it is): a create's 31 parameters
+    take 14 preparer calls instead of 62 calls."""
+
+    def __init__(self, attnames, preparers):
+        get = operator.attrgetter(*attnames)
+        self.get = get if len(attnames) > 1 else lambda row: (get(row),)
+        self.steps = tuple((getattr(prepare, "passes", frozenset()), prepare) for prepare in preparers)
+
+    def params(self, row, connection):
+        return [
+            value if type(value) in passes else prepare(value, connection)
+            for value, (passes, prepare) in zip(self.get(row), self.steps, strict=True)
+        ]
 
 
 def run_all(statements, using=DEFAULT):
