@@ -5,7 +5,9 @@
 Each operation runs n times under `valgrind --tool=callgrind`, for two values of n; the difference
 divided by the difference in n is the cost of one request, startup cancelled out. By default a request
 goes through the server's own path, resonate_site.asgi's application (the body read on the event loop,
-respond() on the protocol's threads: validation, handler, database driver, reply); --path django
+respond() on the protocol's threads: validation, handler, database driver, reply), on uvloop's event loop as
+under `manage.py serve` (uvicorn picks uvloop when it is installed; --loop asyncio for the standard one, which
+runs of this script before 2026-12-02's fourth session used); --path django
 sends it through Django's WSGI handler instead (middleware, the DRF view: the path the test client and
 WSGI servers use). Not counted: the HTTP parsing of uvicorn, the delivery of the messages a request
 writes (the deliverer thread of a server process), and the database server's own instructions.
@@ -86,13 +88,15 @@ def seed(operation, n, run, app):
     return call
 
 
-def asgi_caller():
+def asgi_caller(loop_kind):
     """POST / through resonate_site.asgi.application, on an event loop of this process."""
     import asyncio
 
+    import uvloop
+
     from resonate_site.asgi import application
 
-    loop = asyncio.new_event_loop()
+    loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
 
     def call(body):
         headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
@@ -112,7 +116,7 @@ def asgi_caller():
     return call
 
 
-def child(operation, n, path):
+def child(operation, n, path, loop_kind):
     """Runs inside valgrind: set up, seed, then the n measured requests (only those are toggled on)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
     sys.path.insert(0, str(ROOT))
@@ -122,7 +126,7 @@ def child(operation, n, path):
     run = f"{os.getpid()}-{time.time_ns()}"
     call = seed(operation, n, run, app)
     if path == "asgi":
-        call = asgi_caller()
+        call = asgi_caller(loop_kind)
     for body in requests(operation, 3, f"{run}-warm"):
         call(body)  # warm caches on ids of their own
     bodies = list(requests(operation, n, run))
@@ -131,7 +135,7 @@ def child(operation, n, path):
         assert b'"status":200' in answer, answer
 
 
-def count(operation, n, database_url, path):
+def count(operation, n, database_url, path, loop_kind):
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
             [
@@ -144,6 +148,7 @@ def count(operation, n, database_url, path):
                 operation,
                 str(n),
                 path,
+                loop_kind,
             ],
             env={**os.environ, "DATABASE_URL": database_url, "PYTHONHASHSEED": "0"},
             check=True,
@@ -158,14 +163,15 @@ def main():
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/resonate_bench")
     parser.add_argument("--only", help="comma-separated operations")
     parser.add_argument("--path", choices=("asgi", "django"), default="asgi", help="the server's own, or Django's")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="the server's event loop")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), args.child[2])
+        child(args.child[0], int(args.child[1]), args.child[2], args.child[3])
         return
     for operation in args.only.split(",") if args.only else OPERATIONS:
-        small = count(operation, SMALL, args.database_url, args.path)
-        large = count(operation, LARGE, args.database_url, args.path)
+        small = count(operation, SMALL, args.database_url, args.path, args.loop)
+        large = count(operation, LARGE, args.database_url, args.path, args.loop)
         print(f"{operation:16} {(large - small) / (LARGE - SMALL) / 1e6:6.2f} M instructions per request", flush=True)
 
 
