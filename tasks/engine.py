@@ -74,7 +74,7 @@ def acquire_at_once(task_id, version, pid, ttl, now):
 
     if connection.vendor != "postgresql":
         return None
-    acquired = Task(version=0)
+    acquired = rows.new(Task, version=0)
     acquired.to_acquired(pid, ttl, now)  # the version goes up in SQL: a version of 2^63-1 is only ever stale
     leased = [rows.prepare(Task._meta.get_field(name), getattr(acquired, name), connection) for name in _LEASED]
     params = [task_id, *leased, TaskState.PENDING, version, PromiseState.PENDING, now, task_id, task_id, task_id]
@@ -121,7 +121,7 @@ def suspend(task, awaited_ids):
 
 def fulfilling(task_ids):
     """The tasks of settled promises are done, as Task.to_fulfilled leaves a task (where there is a task)."""
-    done = Task()
+    done = rows.new(Task)
     done.to_fulfilled()
     return rows.setting(done, "state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at", pks=task_ids)
 
