@@ -77,18 +77,34 @@ class Stream:
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
     sequence: tuple = field(default_factory=registration_order)
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(BUFFER))
+    # The identities of the messages on the queue or being written, not yet written: a message whose claim lapsed
+    # while a slow client held this stream up is taken again, and must not be queued twice.
+    holding: set = field(default_factory=set)
 
     @property
     def channel(self):
         return f"resonate:poll:stream:{self.key}"
 
     def put(self, event, identity):
-        """On the stream's event loop: queue an event, or send it back to the outbox for later if the stream is full."""
+        """On the stream's event loop: queue an event, or send it back to the outbox for later if the stream is full.
+        A message the stream already holds is not queued again: it is written once, and recorded delivered then."""
+        held = None if identity is None else tuple(identity)
+        if held is not None:
+            if held in self.holding:
+                return
+            self.holding.add(held)
         try:
             self.queue.put_nowait((event, identity))
         except asyncio.QueueFull:
+            self.holding.discard(held)
             log.warning("stream %s/%s is %d events behind; a message waits in the outbox", self.group, self.id, BUFFER)
             requeue([identity], delay_ms=_poll_retry_ms())
+
+    def written(self, identity):
+        """The stream has written this message to its client: recorded delivered (see `delivered`)."""
+        if identity is not None:
+            self.holding.discard(tuple(identity))
+        delivered(identity)
 
     def leftovers(self):
         """The identities of the events still queued (the stream is ending without sending them)."""

@@ -6,7 +6,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
 from floor.conf import resonate_settings
-from outbox.hub import HubUnavailable, delivered, hub, requeue
+from outbox.hub import HubUnavailable, hub, requeue
 from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.serving import CLOSING
 
@@ -65,7 +65,7 @@ async def events(group, id, closing=never):
             yield in_hand[0]
             if closing():  # the write waited for a slow client, whose connection closed meanwhile: it may not have
                 return  # gone out, and is sent again (at least once)
-            delivered(in_hand[1])  # asked for the next line: this one went out
+            stream.written(in_hand[1])  # asked for the next line: this one went out
             in_hand = None
         await hub().close(stream)
         closed = True
@@ -74,7 +74,7 @@ async def events(group, id, closing=never):
             yield in_hand[0]
             if closing():  # as above
                 return
-            delivered(in_hand[1])
+            stream.written(in_hand[1])
             in_hand = None
     finally:
         try:

@@ -373,3 +373,28 @@ def test_a_message_that_had_waited_for_a_stream_gets_its_grace_afresh_when_a_str
     taken = asyncio.run(scenario())
     assert (taken.state, taken.unreached_since) == (DeliveryState.PENDING, None)
     assert taken.next_attempt_at > now_ms()  # still claimed
+
+
+def test_a_message_taken_again_while_its_stream_still_holds_it_is_written_once(memory_hub, monkeypatch):
+    """A slow client holds its stream up past the claim of a message on the stream's queue: the message is taken
+    again (its claim lapsed) and routed to the same stream, which already holds it. Once written, it is recorded
+    delivered once."""
+    import outbox.hub
+
+    recorded = []
+    monkeypatch.setattr(outbox.hub, "_records_delivered", recorded.extend)
+    identity = ["unblock:p:poll://uni@drain/w1", 1]
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, identity)]) == [True]
+        await asyncio.sleep(0.01)  # on the stream's queue, which the slow client has not read from yet
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, identity)]) == [True]  # taken again
+        await asyncio.sleep(0.01)
+        return [line async for line in lines]  # the client reads on, until the stream reaches its maximum age
+
+    written = asyncio.run(scenario())
+
+    assert written.count('data: {"kind":"unblock"}\n\n') == 1, written
+    assert recorded == [tuple(identity)]
