@@ -115,6 +115,15 @@ def task_create(id):
     return envelope("task.create", {"pid": "w", "ttl": 60000, "action": action})
 
 
+def first_step_request(kind):
+    """The body of a task.create of promise p, or of a task.acquire of its pending task (p created here)."""
+    if kind == "task.create":
+        return task_create("p")
+    created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}}))
+    assert created["head"]["status"] == 200
+    return envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60000})
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
@@ -126,14 +135,7 @@ def test_a_first_step_whose_write_committed_before_the_connection_was_lost_is_a_
     it cannot tell it was its own, and the caller, who may hold the task, must not be told 409."""
     from resonate_site.protocol import dispatch
 
-    if kind == "task.acquire":
-        created = answer(
-            envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}})
-        )
-        assert created["head"]["status"] == 200
-        body = envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60000})
-    else:
-        body = task_create("p")
+    body = first_step_request(kind)
     runs, operation = [], dispatch.OPERATIONS[kind]
 
     def write_then_cut(req, now):
@@ -161,15 +163,8 @@ def test_a_first_step_whose_write_committed_before_the_connection_was_lost_is_a_
 @pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
 def test_a_first_step_on_a_kept_connection_the_network_cut_succeeds_on_a_new_one(kind, through_proxy):
     """The statement never reached the database: run again, the step's write is its own, and so is the answer."""
-    if kind == "task.acquire":
-        created = answer(
-            envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}})
-        )
-        assert created["head"]["status"] == 200
-        body = envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60000})
-    else:
-        answer(envelope("promise.get", {"id": "warm"}))  # a kept connection
-        body = task_create("p")
+    answer(envelope("promise.get", {"id": "warm"}))  # a kept connection
+    body = first_step_request(kind)
     through_proxy("drop")
 
     reply = answer(body)
