@@ -108,7 +108,7 @@ async def read_body(scope, receive, send):
         await refuse(scope, send, 413, f"Request body larger than {limit} bytes")
         return None
     task, seconds = asyncio.current_task(), resonate_settings.READ_TIMEOUT_MS / 1000
-    reading = deadlines(asyncio.get_running_loop())
+    reading, cancelling = deadlines(asyncio.get_running_loop()), task.cancelling()
     reading.start(task, seconds, task.cancel)
     try:
         while True:
@@ -124,9 +124,8 @@ async def read_body(scope, receive, send):
             if not message.get("more_body", False):
                 return b"".join(chunks)
     except asyncio.CancelledError:
-        if not reading.stop(task):
-            raise  # not the read deadline: the server is stopping, or the client has gone
-        task.uncancel()
+        if not reading.stop(task) or task.uncancel() > cancelling:
+            raise  # not the read deadline, or not only: the server is stopping, or the client has gone
         await refuse(scope, send, 408, f"Request body not received within {seconds:g} s")
         return None
     finally:

@@ -42,14 +42,16 @@ class Deadlines:
     SWEEP_S = 0.25
 
     def __init__(self, loop):
-        self.loop, self.due, self.fired, self.sweeping = loop, {}, set(), False
+        # Not the loop itself: _deadlines is keyed by the loop, weakly, and a value holding it would keep it alive.
+        self.loop, self.due, self.fired, self.sweeping = weakref.ref(loop), {}, set(), False
 
     def start(self, key, seconds, expire):
         """Call expire() once `seconds` have passed, unless stop(key) comes first."""
-        self.due[key] = (self.loop.time() + seconds, expire)
+        loop = self.loop()
+        self.due[key] = (loop.time() + seconds, expire)
         if not self.sweeping:
             self.sweeping = True
-            self.loop.call_later(self.SWEEP_S, self._sweep)
+            loop.call_later(self.SWEEP_S, self._sweep, loop)
 
     def stop(self, key):
         """No deadline for key any more. Whether it had fired."""
@@ -59,8 +61,8 @@ class Deadlines:
             return True
         return False
 
-    def _sweep(self):
-        now = self.loop.time()
+    def _sweep(self, loop):
+        now = loop.time()
         for key, (deadline, expire) in list(self.due.items()):
             if deadline <= now:
                 del self.due[key]
@@ -68,7 +70,7 @@ class Deadlines:
                 expire()
         self.sweeping = bool(self.due)
         if self.sweeping:
-            self.loop.call_later(self.SWEEP_S, self._sweep)
+            loop.call_later(self.SWEEP_S, self._sweep, loop)
 
 
 _deadlines = weakref.WeakKeyDictionary()  # event loop -> its Deadlines

@@ -108,3 +108,55 @@ def test_a_body_read_cancelled_for_another_reason_than_its_deadline_stays_cancel
 
     asyncio.run(scenario())
     assert sent == []
+
+
+def test_the_read_deadlines_of_an_event_loop_do_not_keep_it_alive():
+    import gc
+    import weakref
+
+    from resonate_site.serving import deadlines
+
+    async def read_briefly():
+        reading = deadlines(asyncio.get_running_loop())
+        reading.start("key", 0.01, lambda: None)
+        await asyncio.sleep(0.3)  # swept: fired, and no sweep left scheduled
+        reading.stop("key")
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(read_briefly())
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+
+    assert gone() is None
+
+
+def test_a_body_read_cancelled_by_its_deadline_and_by_the_server_at_once_stays_cancelled(settings):
+    """The deadline's cancel and another (a server stopping) in the same pass of the loop: one CancelledError
+    arrives; it must not be taken for the deadline's alone and answered with a 408."""
+    from resonate_site.asgi import read_body
+    from resonate_site.serving import deadlines
+
+    settings.RESONATE = {**settings.RESONATE, "READ_TIMEOUT_MS": 10}
+    sent = []
+
+    async def scenario():
+        never = asyncio.Event()
+
+        async def receive():
+            await never.wait()
+
+        async def send(message):
+            sent.append(message)
+
+        reader = asyncio.create_task(read_body({"headers": [], "path": "/"}, receive, send))
+        await asyncio.sleep(0.02)  # reading, and past its deadline (not yet swept)
+        loop = asyncio.get_running_loop()
+        deadlines(loop)._sweep(loop)  # the deadline fires: it cancels the reader
+        reader.cancel()  # and the server cancels it too, before it runs again
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+
+    asyncio.run(scenario())
+    assert sent == []
