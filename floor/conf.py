@@ -1,6 +1,7 @@
 """The RESONATE settings block: every default once, with its unit; RESONATE_<NAME> overrides from the environment."""
 
 import os
+import threading
 
 from django.conf import settings
 from django.core.checks import Error, register
@@ -101,15 +102,28 @@ class ResonateSettings:
     """Attribute access to RESONATE settings, falling back to DEFAULTS (like DRF's api_settings).
 
     A setting read once is kept as an attribute of this object (requests read several each), until the
-    settings change (`setting_changed`: override_settings, pytest-django's `settings`).
+    settings change (`setting_changed`: override_settings, pytest-django's `settings`). A value read from the
+    settings as they were before a change is not kept: `changes` counts them, under `lock`.
     """
+
+    lock = threading.Lock()
+    changes = 0
 
     def __getattr__(self, name):
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown RESONATE setting: {name}")
+        changes = self.changes
         value = getattr(settings, "RESONATE", {}).get(name, DEFAULTS[name])
-        setattr(self, name, value)
+        with self.lock:
+            if self.changes == changes:
+                setattr(self, name, value)
         return value
+
+    def forget(self):
+        with self.lock:
+            changes = self.changes + 1
+            self.__dict__.clear()
+            self.changes = changes
 
 
 resonate_settings = ResonateSettings()
@@ -118,7 +132,7 @@ resonate_settings = ResonateSettings()
 @receiver(setting_changed)
 def forget_settings(setting, **kwargs):
     if setting == "RESONATE":
-        resonate_settings.__dict__.clear()
+        resonate_settings.forget()
 
 
 @register()
