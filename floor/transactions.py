@@ -73,7 +73,9 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     ambiguous_none: the operation writes with one statement in autocommit, and answers None when it finds
     that write already made (task.create's and task.acquire's first steps). Its statement may have committed
     before the connection was lost; run again, its None cannot tell that write from another request's, so it
-    is Unavailable, as a connection lost while committing is. Run again, any other answer is its own.
+    is Unavailable, as a connection lost while committing is. Run again, any other answer is its own. (A
+    statement that never reached the database and whose re-run answers None gets the same Unavailable: the
+    two cannot be told apart.)
 
     In Mode.AUTOCOMMIT the operation runs without a transaction on PostgreSQL: it only reads (under READ
     COMMITTED each statement sees its own snapshot anyway) or writes with one statement, atomic by itself.
