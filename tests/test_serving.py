@@ -85,22 +85,27 @@ def test_a_read_deadline_fires_once_after_its_time_unless_stopped_first():
     assert 0.1 <= fired[0][1] <= 0.1 + Deadlines.SWEEP_S + 0.1
 
 
-def test_a_body_read_cancelled_for_another_reason_than_its_deadline_stays_cancelled():
-    """A server stopping cancels the request's task: that is not the client's slowness, and no 408 goes out."""
+def stalled_body_reader(sent):
+    """On the running loop: a task reading a POST / body that never comes; what it answers goes to `sent`."""
     from resonate_site.asgi import read_body
 
+    never = asyncio.Event()
+
+    async def receive():
+        await never.wait()
+
+    async def send(message):
+        sent.append(message)
+
+    return asyncio.create_task(read_body({"headers": [], "path": "/"}, receive, send))
+
+
+def test_a_body_read_cancelled_for_another_reason_than_its_deadline_stays_cancelled():
+    """A server stopping cancels the request's task: that is not the client's slowness, and no 408 goes out."""
     sent = []
 
     async def scenario():
-        never = asyncio.Event()
-
-        async def receive():
-            await never.wait()
-
-        async def send(message):
-            sent.append(message)
-
-        reader = asyncio.create_task(read_body({"headers": [], "path": "/"}, receive, send))
+        reader = stalled_body_reader(sent)
         await asyncio.sleep(0.01)
         reader.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -135,22 +140,13 @@ def test_the_read_deadlines_of_an_event_loop_do_not_keep_it_alive():
 def test_a_body_read_cancelled_by_its_deadline_and_by_the_server_at_once_stays_cancelled(settings):
     """The deadline's cancel and another (a server stopping) in the same pass of the loop: one CancelledError
     arrives; it must not be taken for the deadline's alone and answered with a 408."""
-    from resonate_site.asgi import read_body
     from resonate_site.serving import deadlines
 
     settings.RESONATE = {**settings.RESONATE, "READ_TIMEOUT_MS": 10}
     sent = []
 
     async def scenario():
-        never = asyncio.Event()
-
-        async def receive():
-            await never.wait()
-
-        async def send(message):
-            sent.append(message)
-
-        reader = asyncio.create_task(read_body({"headers": [], "path": "/"}, receive, send))
+        reader = stalled_body_reader(sent)
         await asyncio.sleep(0.02)  # reading, and past its deadline (not yet swept)
         loop = asyncio.get_running_loop()
         deadlines(loop)._sweep(loop)  # the deadline fires: it cancels the reader
