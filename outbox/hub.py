@@ -15,6 +15,7 @@ the connection broke is lost with it: SSE has no acknowledgements (README.md, kn
 """
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -211,6 +212,7 @@ class RedisHub:
     WAIT_S = 2  # how long a new stream waits for the hub to be (re)connected
     BACKOFF_S = (0.1, 1.0)  # reconnecting: a refused connect costs nothing, so keep trying often
     TIMEOUT_S = 2  # socket timeouts of commands
+    KNOWN_S = 1.0  # how long a deliverer routes a group's messages by its members as it last read them
 
     def __init__(self, url):
         self.url = url
@@ -222,6 +224,9 @@ class RedisHub:
         self.up = None  # asyncio.Event: subscribed and advertised
         self._sync = None
         self._sync_lock = threading.Lock()
+        self._known = {}  # group → (when read, monotonic s; its members as _read_members gives them): see _members
+        self._forgotten = collections.Counter()  # group → how many times forgotten: a read older than that is not kept
+        self._known_lock = threading.Lock()
 
     @staticmethod
     def group_key(group):
@@ -262,6 +267,7 @@ class RedisHub:
             await asyncio.wait_for(self.up.wait(), self.WAIT_S)
             await self.pubsub.subscribe(stream.channel)
             await self._advertise([stream])
+            self.forget(stream.group)
         except Exception as error:
             self.streams.pop(stream.key, None)
             await self._unsubscribe(stream)
@@ -286,6 +292,7 @@ class RedisHub:
             await self._unsubscribe(stream)
         finally:  # from here the relay sends back to the outbox whatever still arrives for this stream
             self.streams.pop(stream.key, None)
+            self.forget(stream.group)
 
     async def _unsubscribe(self, stream):
         pubsub = self.pubsub
@@ -438,18 +445,22 @@ class RedisHub:
 
     def _publish_all(self, client, messages):
         routes = [parse_poll_address(address) for address, _, _ in messages]
-        members = self._members(client, {group for _, group, _ in routes})
+        members, fresh = self._members(client, {group for _, group, _ in routes}), set()
         taken = [False] * len(messages)
         waiting = list(range(len(messages)))
         while waiting:
-            sends = []  # (message index, group, (member, channel, raw entry))
-            for n in waiting:
-                cast, group, id = routes[n]
-                chosen = choose(cast, id, [m for m, _, _ in members[group].values()])
-                if chosen is not None:
-                    sends.append((n, group, members[group][chosen.key]))
+            chosen = {n: self._choose(routes[n], members) for n in waiting}
+            if unsure := {routes[n][1] for n in waiting if chosen[n] is None} - fresh:
+                # Nobody among the members as last read: read them again before a message is called unreached.
+                members.update(self._read_members(client, unsure))
+                fresh |= unsure
+                chosen.update({n: self._choose(routes[n], members) for n in waiting if routes[n][1] in unsure})
             pipe, published = client.pipeline(transaction=False), []
-            for n, group, (member, channel, raw) in sends:
+            for n in waiting:
+                if chosen[n] is None:
+                    continue
+                group = routes[n][1]
+                member, channel, raw = members[group][chosen[n].key]
                 _, message, identity = messages[n]
                 local = self.streams.get(member.key)
                 if local is not None:  # a stream of this process: handed over on its loop, no round trip
@@ -471,12 +482,42 @@ class RedisHub:
                 pipe = client.pipeline(transaction=False)
                 for group, raw in gone:
                     pipe.zrem(self.group_key(group), raw)
+                    self.forget(group)
                 pipe.execute()
         return taken
 
+    @staticmethod
+    def _choose(route, members):
+        cast, group, id = route
+        return choose(cast, id, [member for member, _, _ in members[group].values()])
+
     def _members(self, client, groups):
-        """{group: {stream key: (Member, channel, raw entry)}} of the live streams of these groups."""
+        """{group: {stream key: (Member, channel, raw entry)}} of the live streams of these groups, as read from Redis
+        within KNOWN_S (each a copy, the caller's to change).
+
+        Routing by members read a moment ago saves a round trip per batch, and is safe: a stream gone since (its
+        advertisement withdrawn, its process dead) is not heard when published to, and is struck; a message none of
+        them can take has its group read again (_publish_all) before it is called unreached. Only a stream that
+        joined since is left out for that moment: anycast picks among the others. This process's own streams joining
+        or leaving make it read their group again at once (forget).
+        """
+        now, found, unknown = time.monotonic(), {}, []
+        with self._known_lock:
+            for group in groups:
+                known = self._known.get(group)
+                if known is not None and now - known[0] < self.KNOWN_S:
+                    found[group] = dict(known[1])
+                else:
+                    unknown.append(group)
+        if unknown:
+            found.update(self._read_members(client, unknown))
+        return found
+
+    def _read_members(self, client, groups):
+        """{group: {stream key: (Member, channel, raw entry)}} read from Redis now (and remembered for _members)."""
         now, groups = time.time() * 1000, list(groups)
+        with self._known_lock:
+            read_at, forgotten = time.monotonic(), {group: self._forgotten[group] for group in groups}
         pipe = client.pipeline(transaction=False)
         for group in groups:
             pipe.zremrangebyscore(self.group_key(group), "-inf", now)
@@ -488,7 +529,17 @@ class RedisHub:
             for raw in raws:
                 channel, stream, stream_id, sequence = json.loads(raw)
                 found[group][stream] = (Member(stream, stream_id, tuple(sequence)), channel, raw)
+        with self._known_lock:
+            for group in groups:
+                if self._forgotten[group] == forgotten[group]:  # else a stream joined or left while it was read
+                    self._known[group] = (read_at, dict(found[group]))
         return found
+
+    def forget(self, group):
+        """Read this group's members from Redis on its next message: one of its streams has joined or left."""
+        with self._known_lock:
+            self._known.pop(group, None)
+            self._forgotten[group] += 1
 
 
 _hub = None

@@ -168,6 +168,66 @@ def test_a_message_for_a_stream_of_this_process_is_handed_over_without_a_publish
     assert taken == [True] and '"n":1' in line
 
 
+def group_reads(own_redis):
+    """How many times any hub has read a group's streams from this Redis."""
+    import redis
+
+    stats = redis.Redis.from_url(own_redis.url).info("commandstats")
+    return stats.get("cmdstat_zrangebyscore", {}).get("calls", 0)
+
+
+def test_messages_that_follow_each_other_to_a_group_read_its_streams_once(own_redis):
+    """Each batch of messages used to read its groups' streams from Redis, a round trip per delivery; a deliverer
+    now routes by what it read within KNOWN_S."""
+    worker_side, deliverer_side = RedisHub(own_redis.url), RedisHub(own_redis.url)  # two processes
+
+    async def scenario():
+        stream = await worker_side.register("g", "w1")
+        before = group_reads(own_redis)
+        taken = [await publish(deliverer_side, "poll://any@g", event(n)) for n in range(5)]
+        return taken, [await next_line(stream) for _ in range(5)], group_reads(own_redis) - before
+
+    taken, lines, reads = asyncio.run(scenario())
+    assert taken == [[True]] * 5 and all(f'"n":{n}' in line for n, line in enumerate(lines))
+    assert reads == 1
+
+
+def test_a_stream_that_joins_another_process_is_reached_at_once_by_a_deliverer_that_read_its_group_before(own_redis):
+    """What a deliverer remembers of a group never makes a message unreached: a message none of the remembered
+    streams can take has the group read again."""
+    first, second, deliverer_side = (RedisHub(own_redis.url) for _ in range(3))
+
+    async def scenario():
+        nobody = await publish(deliverer_side, "poll://any@g", event(0))  # read: no stream at all
+        w1 = await first.register("g", "w1")
+        anycast = await publish(deliverer_side, "poll://any@g", event(1))
+        w2 = await second.register("g", "w2")  # joins after the deliverer read the group with w1 only
+        unicast = await publish(deliverer_side, "poll://uni@g/w2", event(2))
+        return nobody, anycast, unicast, await next_line(w1), await next_line(w2)
+
+    nobody, anycast, unicast, line1, line2 = asyncio.run(scenario())
+    assert nobody == [False]
+    assert anycast == [True] and '"n":1' in line1
+    assert unicast == [True] and '"n":2' in line2
+
+
+def test_a_remembered_stream_that_has_left_is_struck_and_its_ids_new_stream_gets_the_message(own_redis):
+    worker_side, deliverer_side = RedisHub(own_redis.url), RedisHub(own_redis.url)
+
+    async def scenario():
+        old = await worker_side.register("g", "w1")
+        await publish(deliverer_side, "poll://uni@g/w1", event(1))
+        await next_line(old)
+        await worker_side.close(old)  # the worker reconnects: a new stream for the same id
+        new = await worker_side.register("g", "w1")
+        taken = await publish(deliverer_side, "poll://uni@g/w1", event(2))
+        return taken, await next_line(new), await worker_side.client.zcard(worker_side.group_key("g"))
+
+    taken, line, advertised = asyncio.run(scenario())
+    assert taken == [True] and '"n":2' in line
+    assert advertised == 1
+
+
 def test_a_message_handed_over_as_its_stream_closes_goes_back_to_the_outbox(own_redis, requeued):
     hub = RedisHub(own_redis.url)
 
