@@ -183,6 +183,10 @@ class MemoryHub:
             self.streams.get(stream.group, {}).pop(stream.key, None)
         await _flushed(stream.loop)  # offers made under the lock before the pop were scheduled before this
 
+    def take_here(self, messages):
+        """Every stream is this process's: publish_all, which makes no round trip."""
+        return self.publish_all(messages)
+
     def publish_all(self, messages):
         """Route each (address, message, identity) to one stream; whether each was taken."""
         taken = []
@@ -427,6 +431,23 @@ class RedisHub:
                 pool = redis.BlockingConnectionPool.from_url(self.url, **self.pool_options(retries=1))
                 self._sync = redis.Redis(connection_pool=pool)
             return self._sync
+
+    def take_here(self, messages):
+        """Hand each (address, message, identity) whose stream, chosen among its group's members as last read (see
+        _members; no round trip), is one of this process's to that stream: whether each was. The others are for
+        publish_all, which chooses again."""
+        now, taken = time.monotonic(), []
+        for address, message, identity in messages:
+            cast, group, id = parse_poll_address(address)
+            with self._known_lock:
+                known = self._known.get(group)
+            members = known[1] if known is not None and now - known[0] < self.KNOWN_S else {}
+            chosen = choose(cast, id, [member for member, _, _ in members.values()])
+            local = None if chosen is None else self.streams.get(chosen.key)
+            if local is not None:  # if it closes meanwhile, _hand sends the message back to the outbox
+                local.loop.call_soon_threadsafe(self._hand, chosen.key, sse_event(message), identity)
+            taken.append(local is not None)
+        return taken
 
     def publish_all(self, messages):
         """Route each (address, message, identity) to one stream: whether each was taken.

@@ -2,6 +2,7 @@
 and what it took but never sent goes back to the outbox."""
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -313,6 +314,48 @@ def test_a_message_taken_by_a_process_that_dies_before_writing_it_goes_out_again
     assert asyncio.run(scenario())[0].startswith('data: {"kind":"unblock"')
     assert recorded_delivered(message.key)
     assert Message.objects.get(key=message.key).attempts == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("delivery", ["running", "paused", "not looked at for 200 ms"])
+def test_a_message_for_a_stream_of_the_committing_process_goes_to_it_from_the_committing_thread(
+    memory_hub, settings, monkeypatch, delivery
+):
+    """Its deliverer thread is not woken for it (a wake-up and a contention for the interpreter on every workflow
+    step), unless delivery is paused, or the deliverer has not looked whether it is within 100 ms."""
+    from outbox import dispatch
+    from outbox.delivery import claim_on_write
+
+    settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 5000}
+    running = dispatch.Deliverer()  # this process's, its thread not started: what reaches it stays on its queue
+    monkeypatch.setattr(dispatch, "_deliverer", (os.getpid(), running))
+    looked = time.monotonic() - (0.2 if delivery.startswith("not looked") else 0)
+    running.pause_read = (looked, delivery == "paused")
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=now_ms())
+    claim_on_write(message)  # as a process that sends what it writes writes it
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)
+        await asyncio.to_thread(Message.objects.store, [message])
+        await asyncio.to_thread(dispatch.notify, [message])  # as the commit announces it, on the committing thread
+        if delivery != "running":
+            await lines.aclose()
+            return None
+        written = await anext(lines)
+        await anext(lines)  # the next line asked for: the message went out
+        await lines.aclose()
+        return written
+
+    written = asyncio.run(scenario())
+    queued = []
+    while not running.keys.empty():
+        queued.extend(running.keys.get_nowait())
+    if delivery == "running":
+        assert written.startswith('data: {"kind":"unblock"')
+        assert queued == [dispatch.Written(message.key, message.created_at)]  # only its receipt, to record
+    else:
+        assert queued[0] is message  # for the deliverer thread, which looks at the pause first
 
 
 @pytest.mark.django_db(transaction=True)
