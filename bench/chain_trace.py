@@ -6,8 +6,8 @@ Deploys each mode as bench/workflows.py does (the released Python SDK, one worke
 then captures the loopback traffic of the server processes with tshark (apt-get install tshark; it needs
 the right to capture, as root) while one workflow of --chain `ctx.rpc` steps runs. It prints, per
 protocol operation, how many requests the chain sent and their latency at the server's socket (request
-in, reply out), how long at least one request was in flight at a server, and how long a settlement's
-reply took to become the next execute on the worker's stream.
+in, reply out), how long at least one request was in flight at a server, and how long from a settling
+request's arrival to the next execute on the worker's stream.
 
 Why it exists: bench/workflows.py's "chain per step" divides a whole workflow by its steps; this shows
 what a step is made of. The SDK replays a workflow from its start on every resume and re-fences each
@@ -81,6 +81,9 @@ def in_flight(requests):
     return total + (0 if current is None else current[1] - current[0])
 
 
+SETTLING = ("task.fulfill", "task.suspend", "task.fence", "promise.create")  # requests whose commit may send an execute
+
+
 def report(mode, chain, took, requests, executes):
     print(
         f"\n{mode}: a chain of {chain} steps took {took:.0f} ms ({took / chain:.1f} ms a step), "
@@ -100,10 +103,20 @@ def report(mode, chain, took, requests, executes):
         f"  a request in flight at a server: {busy:.0f} ms ({busy / took:.0%}); none: {took - busy:.0f} ms "
         "(the SDK between requests, and deliveries)"
     )
-    settled = [ended for _, ended, kind in requests if kind in ("task.fulfill", "task.suspend", "promise.create")]
-    gaps = [at - max(e for e in settled if e <= at) for at in executes if any(e <= at for e in settled)]
+    # A settlement's execute may reach the stream before its reply leaves (a stream of the committing process gets it
+    # from the committing thread): measured from the request's arrival, beside the reply's own time.
+    settling = [(began, ended) for began, ended, kind in requests if kind in SETTLING]
+    gaps = []
+    for at in executes:
+        began, ended = max(((b, e) for b, e in settling if b <= at), default=(None, None))
+        if began is not None:
+            gaps.append((at - began, ended - began))
     if gaps:
-        print(f"  reply to a settlement -> the next execute on the stream: p50 {statistics.median(gaps):.2f} ms")
+        to_execute, to_reply = (statistics.median(column) for column in zip(*gaps, strict=True))
+        print(
+            f"  a settling request in -> the next execute on the stream: p50 {to_execute:.2f} ms"
+            f" (its reply out: p50 {to_reply:.2f} ms)"
+        )
 
 
 async def one_chain(client_url, group, chain, ports, pcap):
