@@ -183,6 +183,7 @@ class Deliverer(threading.Thread):
                     keys = keys + self.keys.get_nowait()
                 except queue.Empty:
                     break
+            keys = self.linger(keys)
             try:
                 close_old_connections()
                 if written := [item for item in keys if isinstance(item, Written)]:
@@ -228,6 +229,24 @@ class Deliverer(threading.Thread):
         messages_claimed(handed)
         handed = {id(message) for message in handed}
         return [message for message in announced if id(message) not in handed]
+
+    RECEIPTS_LINGER_S = 0.02
+
+    def linger(self, items):
+        """Receipts alone (no message to send) wait up to RECEIPTS_LINGER_S for more, to be recorded in one statement:
+        a workflow step writes two messages, and each receipt's statement came as its worker sent its next request.
+        Anything else that arrives meanwhile ends the wait. A receipt is only bookkeeping: its message has gone out,
+        and one never recorded goes out again once its claim lapses (seconds, not milliseconds)."""
+        until = time.monotonic() + self.RECEIPTS_LINGER_S
+        while items and len(items) < BATCH and all(isinstance(item, Written) for item in items):
+            left = until - time.monotonic()
+            if left <= 0 or self.stopping():
+                break
+            try:
+                items = items + self.keys.get(timeout=left)
+            except queue.Empty:
+                break
+        return items
 
     def paused(self):
         at, paused = self.pause_read

@@ -3,6 +3,7 @@ and what it took but never sent goes back to the outbox."""
 
 import asyncio
 import os
+import threading
 import time
 
 import pytest
@@ -356,6 +357,31 @@ def test_a_message_for_a_stream_of_the_committing_process_goes_to_it_from_the_co
         assert queued == [dispatch.Written(message.key, message.created_at)]  # only its receipt, to record
     else:
         assert queued[0] is message  # for the deliverer thread, which looks at the pause first
+
+
+def test_receipts_that_arrive_within_the_linger_are_recorded_in_one_statement(monkeypatch):
+    from outbox import dispatch
+
+    recorded, done = [], threading.Event()
+
+    def record(written):
+        recorded.append(list(written))
+        done.set()
+
+    running = dispatch.Deliverer(embedded=False)
+    monkeypatch.setattr(running, "record_written", record)
+    monkeypatch.setattr(running, "pause_read", (float("inf"), False))  # never looks at the database
+    threading.Thread(target=running.run, daemon=True).start()
+    try:
+        running.wake([dispatch.Written("a", 1)])
+        time.sleep(0.005)  # well within the linger (20 ms)
+        running.wake([dispatch.Written("b", 2)])
+        assert done.wait(5)
+        time.sleep(0.05)
+    finally:
+        running.stopped.set()
+        running.wake([])
+    assert recorded == [[dispatch.Written("a", 1), dispatch.Written("b", 2)]]
 
 
 @pytest.mark.django_db(transaction=True)
