@@ -1,5 +1,6 @@
-"""Who delivers a committed message: the deliverer thread of the process that committed it, at once; Celery for
-HTTP pushes in production; and a periodic pass (Beat's, or the embedded deliverer's) for whatever was missed."""
+"""Who delivers a committed message: the committing thread itself when it is bound for a stream of this process
+(Deliverer.hand_over), else the deliverer thread of the process that committed it, at once; Celery for HTTP pushes
+in production; and a periodic pass (Beat's, or the embedded deliverer's) for whatever was missed."""
 
 import asyncio
 import contextlib
