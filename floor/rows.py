@@ -597,12 +597,13 @@ def _setting(model, attnames, count):
 
 
 def taking(model, column, values, *returned):
-    """DELETE the model's rows whose `column` is one of `values`, returning the `returned` columns of each."""
+    """DELETE the model's rows whose `column` is one of `values`, returning the `returned` columns of each (or, with
+    none named, nothing: a Statement at_commit can hold)."""
+    returning = f" RETURNING {', '.join(quote(c) for c in returned)}" if returned else ""
     return Statement(
-        f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN ({placeholders(values)})"
-        f" RETURNING {', '.join(quote(c) for c in returned)}",
+        f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN ({placeholders(values)}){returning}",
         list(values),
-        returns=True,
+        returns=bool(returned),
     )
 
 

@@ -51,8 +51,9 @@ def settle_all(promises, now):
     the caller makes sure none of them awaits another (Callback.among), or settles them one by one.
     Promises read under their locks with nothing registered on them (Promise.unregistered) have no
     listeners to take or awaiters to resume: their first three steps are sent with the commit. One read
-    with its awaiters known (Promise.awaiters) has them locked, and their tasks read, in the round trip
-    of its settlement.
+    with its awaiters locked and their tasks read already (Promise.awaiting_tasks: task.fulfill's and a fenced
+    settle's) and no listeners sends everything with the commit too. One read with its awaiters known
+    (Promise.awaiters) has them locked, and their tasks read, in the round trip of its settlement.
     """
     ids = [p.id for p in promises]
     for promise in promises:
@@ -64,6 +65,13 @@ def settle_all(promises, now):
     ]
     if all(promise.unregistered for promise in promises):
         rows.at_commit(settling)  # nothing to take and nothing to follow up: the writes go with the commit
+        return
+    if len(promises) == 1 and promises[0].awaiting_tasks is not None and not promises[0].listened:
+        # Its awaiters locked and their tasks read with its own lock: every write goes with the commit.
+        (promise,) = promises
+        rows.at_commit([*settling, *taking_registrations(ids, known=True)])
+        for awaiter_id in promise.awaiters:  # the lock order of Promise.objects.lock_all
+            enqueue_resume(promise.id, awaiter_id, now, locked=promise.awaiting_tasks)
         return
     statements = [*settling, *taking_registrations(ids)]  # one statement on PostgreSQL
     if len(promises) == 1 and promises[0].awaiters:

@@ -77,6 +77,11 @@ class Promise(models.Model):
     unregistered = False
     # Not stored: the ids of the promises awaiting it, in lock order, when read under its lock (registered_on).
     awaiters = None
+    # Not stored: whether it has listeners, when read under its lock (registered_on).
+    listened = True
+    # Not stored: {awaiter id: its task, with its promise attached}, its awaiters locked and their tasks read in
+    # the round trip of its own lock (TaskQuerySet.locked_all); settle_all then sends every write with the commit.
+    awaiting_tasks = None
 
     id = IdField(primary_key=True)
     state = models.CharField(max_length=17, choices=PromiseState.choices, default=PromiseState.PENDING)
@@ -241,11 +246,13 @@ class Listener(models.Model):
         rows.at_commit([rows.inserting([cls(promise_id=promise_id, address=address)], on_conflict="nothing")])
 
 
-def taking_registrations(promise_ids):
-    """What settling these promises consumes, removed: their listeners and their callbacks (as awaited)."""
+def taking_registrations(promise_ids, known=False):
+    """What settling these promises consumes, removed: their listeners and their callbacks (as awaited). `known`:
+    what they are was read under the promises' locks already, so nothing is returned (the writes can go with the
+    commit)."""
     return [
-        rows.taking(Listener, "promise_id", promise_ids, "promise_id", "address"),
-        rows.taking(Callback, "awaited_id", promise_ids, "id", "awaited_id", "awaiter_id"),
+        rows.taking(Listener, "promise_id", promise_ids, *([] if known else ["promise_id", "address"])),
+        rows.taking(Callback, "awaited_id", promise_ids, *([] if known else ["id", "awaited_id", "awaiter_id"])),
     ]
 
 
@@ -267,10 +274,33 @@ def registered_on(promise_id):
 
 def knowing_registrations(promise, registered):
     """The promise, knowing what registered_on found: unregistered when nothing (settling it sends its writes with
-    the commit), and its awaiters (settling it locks them with its writes); see settle_all."""
+    the commit), whether it has listeners, and its awaiters (settling it locks them with its writes); see
+    settle_all."""
     promise.unregistered = not registered
+    promise.listened = any(id is None for (id,) in registered)
     promise.awaiters = sorted((id for (id,) in registered if id is not None), reverse=True)
     return promise
+
+
+def awaiters_of(promise_id, task_model, lock):
+    """The reads (sql, params) that lock the promises awaiting this one (lock_all's order; `lock`: the locking
+    clause, or "" where there is none) and then read their tasks (rows of `task_model`). Asked once this promise's
+    lock is held, in the same round trip (rows.lock_then_query): its callbacks cannot change until the
+    transaction ends, and the tasks are read once their promises' locks are held."""
+    awaiting = f'SELECT "awaiter_id" FROM {rows.quote(Callback._meta.db_table)} WHERE "awaited_id" = %s'
+    key = rows.quote(Promise._meta.pk.column)
+    return [
+        (
+            f"SELECT {rows.columns(Promise)} FROM {rows.quote(Promise._meta.db_table)} WHERE {key} IN ({awaiting})"
+            f" ORDER BY {key} DESC{lock}",
+            [promise_id],
+        ),
+        (
+            f"SELECT {rows.columns(task_model)} FROM {rows.quote(task_model._meta.db_table)}"
+            f' WHERE "id" IN ({awaiting})',
+            [promise_id],
+        ),
+    ]
 
 
 def registrations(listened, awaited):

@@ -2,12 +2,12 @@
 
 import copy
 
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 
 from floor import rows
 from floor.protocol import I64_MAX, later
-from promises.models import Promise, PromiseState, knowing_registrations, registered_on
+from promises.models import Promise, PromiseState, awaiters_of, knowing_registrations, registered_on
 
 
 class TaskState(models.TextChoices):
@@ -49,15 +49,21 @@ class TaskQuerySet(models.QuerySet):
         Each task has its promise attached. The tasks are read after the locks are held (rows.lock_then_query),
         so the read may find the task of a promise created since the lock statement began, which it did not
         lock: that task is left out, as if it had been read with the promises. `settling`: the id of a locked
-        promise the caller will settle, which then knows whether anything is registered on it (registered_on,
-        read in the same round trip).
+        promise the caller will settle, which then knows whether anything is registered on it (registered_on), and
+        has its awaiters locked and their tasks read (Promise.awaiting_tasks), in the same round trip: a settlement
+        that resumes its awaiters then sends every write with the commit (settle_all).
         """
         pks = sorted(set(ids))
-        reads = [rows.reading(self.model, pks), *([registered_on(settling)] if settling is not None else [])]
+        reads = [rows.reading(self.model, pks)]
+        if settling is not None:
+            lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+            reads += [registered_on(settling), *awaiters_of(settling, self.model, lock)]
         locked, (found, *registered) = rows.lock_then_query(Promise, pks, reads)
         promises, tasks = self._attached(locked, found)
         if settling in promises:
-            knowing_registrations(promises[settling], registered[0])
+            settled = knowing_registrations(promises[settling], registered[0])
+            awaiting, awaiting_found = registered[1:]
+            settled.awaiting_tasks = self._attached(rows.instances(Promise, awaiting), awaiting_found)[1]
         return promises, tasks
 
     def locked_all_after(self, statements, ids):

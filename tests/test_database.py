@@ -530,7 +530,8 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     """promise.settle locks the promise and asks what is registered on it in one round trip; with nothing
     registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a fenced
     settle's. With a listener the settlement takes it and writes its unblock: a round trip for the settlement,
-    then the unblock with the COMMIT; with an awaiter, its lock and task read go with the settlement. A
+    then the unblock with the COMMIT. A task.fulfill whose promise has an awaiter (and no listener) locks the
+    awaiter and reads its task with its own lock, and sends the settlement and the resume with the COMMIT. A
     registration's insert goes with COMMIT, task.create of a new promise is one statement, and task.acquire one
     query string. A round trip
     is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent)."""
@@ -592,7 +593,8 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     settled = ("alone", "listened", "held", "fenced")
     assert {rows.fetch(Promise, id).state for id in settled} == {"resolved"}
 
-    # A fulfill that resumes its suspended awaiter: the awaiter's lock and task read go with the settlement.
+    # A fulfill that resumes its suspended awaiter: the awaiter's lock and task read go with the promise's own lock,
+    # and the settlement, the awaiter's write and its execute with the COMMIT.
     target = {"resonate:target": "poll://any@g"}
     versions = {}
     for id in ("parent", "child"):
@@ -604,9 +606,10 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     assert answer(envelope("task.suspend", suspend))["head"]["status"] == 200
     settle = {"kind": "promise.settle", "head": {}, "data": {"id": "child", "state": "resolved", "value": {}}}
     resumed = round_trips(envelope("task.fulfill", {"id": "child", "version": versions["child"], "action": settle}))
-    assert len(resumed) == 3, resumed
-    assert "FOR UPDATE" in resumed[1] and resumed[1].count("SELECT") >= 3, resumed  # settle; lock awaiter; its task
-    assert "outbox_message" in resumed[2] and resumed[2].endswith('; COMMIT"'), resumed  # its write and its execute
+    assert len(resumed) == 2, resumed
+    assert resumed[0].count("FOR UPDATE") == 2 and '"awaiter_id" FROM' in resumed[0], resumed  # child; its awaiters
+    assert resumed[1].startswith(' "UPDATE "promises_promise"'), resumed  # the settlement, first
+    assert "outbox_message" in resumed[1] and resumed[1].endswith('; COMMIT"'), resumed  # the resume and its execute
     assert rows.fetch(Promise, "child").state == "resolved"
     from tasks.models import Task
 
