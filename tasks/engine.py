@@ -128,7 +128,8 @@ def fulfilling(task_ids):
 
 def enqueue_resume(awaited_id, awaiter_id, now, locked=None):
     """Wake the awaiter's task because `awaited_id` settled (spec 00-resume.lean). `locked`: {id: task} of the
-    awaiters the caller has locked and read already (TaskQuerySet.locked_all_after), else it is locked here."""
+    awaiters the caller has locked and read already (with the settled promise's own lock, Promise.awaiting_tasks,
+    or after its settlement's writes, TaskQuerySet.locked_all_after), else it is locked here."""
     task = Task.objects.locked(awaiter_id) if locked is None else locked.get(awaiter_id)
     if task is None:
         return
