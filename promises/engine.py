@@ -71,7 +71,8 @@ def settle_all(promises, now):
         (promise,) = promises
         rows.at_commit([*settling, *taking_registrations(ids, known=True)])
         for awaiter_id in promise.awaiters:  # the lock order of Promise.objects.lock_all
-            enqueue_resume(promise.id, awaiter_id, now, locked=promise.awaiting_tasks)
+            if awaiter_id != promise.id:  # its own task, read before these writes, is fulfilled by them: no resume
+                enqueue_resume(promise.id, awaiter_id, now, locked=promise.awaiting_tasks)
         return
     statements = [*settling, *taking_registrations(ids)]  # one statement on PostgreSQL
     if len(promises) == 1 and promises[0].awaiters:

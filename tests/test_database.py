@@ -621,3 +621,30 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     acquired = round_trips(envelope("task.acquire", acquire))
     assert len(acquired) == 1 and acquired[0].startswith(' "WITH held AS MATERIALIZED'), acquired
     assert rows.fetch(Task, "parent").state == "acquired"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("awaited", ["itself", "another"])
+def test_a_fulfill_whose_awaiters_come_locked_with_its_promise_resumes_them_as_the_settlement_would(awaited):
+    """The awaiters' tasks are read before the settlement's writes: a task awaiting its own promise must still
+    find it fulfilled, and record no resume of itself, as when they were read after those writes."""
+    target = {"resonate:target": "poll://any@g"}
+    versions = {}
+    for id in ("self", "other"):
+        action = {"kind": "promise.create", "head": {}, "data": {"id": id, "timeoutAt": 10**13, "tags": target}}
+        created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
+        assert created["head"]["status"] == 200, created
+        versions[id] = created["data"]["task"]["version"]
+    awaiter = "self" if awaited == "itself" else "other"
+    callback = {"awaited": "self", "awaiter": awaiter}
+    assert answer(envelope("promise.register_callback", callback))["head"]["status"] == 200
+    settle = {"kind": "promise.settle", "head": {}, "data": {"id": "self", "state": "resolved", "value": {}}}
+    fulfilled = answer(envelope("task.fulfill", {"id": "self", "version": versions["self"], "action": settle}))
+    assert fulfilled["head"]["status"] == 200, fulfilled
+    tasks = {id: answer(envelope("task.get", {"id": id}))["data"]["task"] for id in ("self", "other")}
+    assert tasks["self"]["state"] == "fulfilled" and tasks["self"]["resumes"] == 0, tasks
+    from tasks.models import Task
+
+    assert rows.fetch(Task, "self").resumes == []  # as stored, not only as projected
+    # An acquired awaiter records the resume, to be told at its next suspend.
+    assert tasks["other"]["resumes"] == (1 if awaited == "another" else 0), tasks
