@@ -137,6 +137,7 @@ class Deliverer(threading.Thread):
     """
 
     WAITING = 10_000  # announcements held while delivery is slow; beyond that, the delivery pass has them
+    RECEIPTS_LINGER_S = 0.02  # how long receipts alone wait for more (linger)
 
     def __init__(self, stopping=lambda: False, embedded=True):
         super().__init__(name="resonate-deliverer", daemon=True)
@@ -228,10 +229,8 @@ class Deliverer(threading.Thread):
         if not handed:
             return announced
         messages_claimed(handed)
-        handed = {id(message) for message in handed}
-        return [message for message in announced if id(message) not in handed]
-
-    RECEIPTS_LINGER_S = 0.02
+        gone = {id(message) for message in handed}
+        return [message for message in announced if id(message) not in gone]
 
     def linger(self, items):
         """Receipts alone (no message to send) wait up to RECEIPTS_LINGER_S for more, to be recorded in one statement:

@@ -438,16 +438,20 @@ class RedisHub:
         publish_all, which chooses again."""
         now, taken = time.monotonic(), []
         for address, message, identity in messages:
-            cast, group, id = parse_poll_address(address)
+            route = parse_poll_address(address)
             with self._known_lock:
-                known = self._known.get(group)
-            members = known[1] if known is not None and now - known[0] < self.KNOWN_S else {}
-            chosen = choose(cast, id, [member for member, _, _ in members.values()])
-            local = None if chosen is None else self.streams.get(chosen.key)
-            if local is not None:  # if it closes meanwhile, _hand sends the message back to the outbox
-                local.loop.call_soon_threadsafe(self._hand, chosen.key, sse_event(message), identity)
-            taken.append(local is not None)
+                members = {route[1]: self._remembered(route[1], now) or {}}
+            chosen = self._choose(route, members)
+            taken.append(chosen is not None and self._hand_here(chosen.key, message, identity))
         return taken
+
+    def _hand_here(self, key, message, identity):
+        """Put the message on this process's stream `key`, on its loop, if it is one: whether it was. A stream that
+        closes meanwhile sends it back to the outbox (_hand)."""
+        local = self.streams.get(key)
+        if local is not None:
+            local.loop.call_soon_threadsafe(self._hand, key, sse_event(message), identity)
+        return local is not None
 
     def publish_all(self, messages):
         """Route each (address, message, identity) to one stream: whether each was taken.
@@ -483,9 +487,7 @@ class RedisHub:
                 group = routes[n][1]
                 member, channel, raw = members[group][chosen[n].key]
                 _, message, identity = messages[n]
-                local = self.streams.get(member.key)
-                if local is not None:  # a stream of this process: handed over on its loop, no round trip
-                    local.loop.call_soon_threadsafe(self._hand, member.key, sse_event(message), identity)
+                if self._hand_here(member.key, message, identity):  # a stream of this process: no round trip
                     taken[n] = True
                     continue
                 envelope = {"stream": member.key, "event": sse_event(message), "message": identity}
@@ -525,14 +527,20 @@ class RedisHub:
         now, found, unknown = time.monotonic(), {}, []
         with self._known_lock:
             for group in groups:
-                known = self._known.get(group)
-                if known is not None and now - known[0] < self.KNOWN_S:
-                    found[group] = dict(known[1])
+                remembered = self._remembered(group, now)
+                if remembered is not None:
+                    found[group] = dict(remembered)
                 else:
                     unknown.append(group)
         if unknown:
             found.update(self._read_members(client, unknown))
         return found
+
+    def _remembered(self, group, now):
+        """The group's members as read within KNOWN_S of `now` (not a copy: not to be changed), or None. Under
+        _known_lock."""
+        known = self._known.get(group)
+        return known[1] if known is not None and now - known[0] < self.KNOWN_S else None
 
     def _read_members(self, client, groups):
         """{group: {stream key: (Member, channel, raw entry)}} read from Redis now (and remembered for _members)."""

@@ -71,8 +71,7 @@ def settle_all(promises, now):
         (promise,) = promises
         rows.at_commit([*settling, *taking_registrations(ids, known=True)])
         for awaiter_id in promise.awaiters:  # the lock order of Promise.objects.lock_all
-            if awaiter_id != promise.id:  # its own task, read before these writes, is fulfilled by them: no resume
-                enqueue_resume(promise.id, awaiter_id, now, locked=promise.awaiting_tasks)
+            enqueue_resume(promise.id, awaiter_id, now, locked=promise.awaiting_tasks)  # itself not among them
         return
     statements = [*settling, *taking_registrations(ids)]  # one statement on PostgreSQL
     if len(promises) == 1 and promises[0].awaiters:

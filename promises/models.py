@@ -286,19 +286,22 @@ def awaiters_of(promise_id, task_model, lock):
     """The reads (sql, params) that lock the promises awaiting this one (lock_all's order; `lock`: the locking
     clause, or "" where there is none) and then read their tasks (rows of `task_model`). Asked once this promise's
     lock is held, in the same round trip (rows.lock_then_query): its callbacks cannot change until the
-    transaction ends, and the tasks are read once their promises' locks are held."""
-    awaiting = f'SELECT "awaiter_id" FROM {rows.quote(Callback._meta.db_table)} WHERE "awaited_id" = %s'
+    transaction ends, and the tasks are read once their promises' locks are held. The promise itself, were it
+    among its own awaiters, is left out: settling it fulfils its task, which then has nothing to resume."""
+    awaiting = (
+        f'SELECT "awaiter_id" FROM {rows.quote(Callback._meta.db_table)} WHERE "awaited_id" = %s AND "awaiter_id" <> %s'
+    )
     key = rows.quote(Promise._meta.pk.column)
     return [
         (
             f"SELECT {rows.columns(Promise)} FROM {rows.quote(Promise._meta.db_table)} WHERE {key} IN ({awaiting})"
             f" ORDER BY {key} DESC{lock}",
-            [promise_id],
+            [promise_id, promise_id],
         ),
         (
             f"SELECT {rows.columns(task_model)} FROM {rows.quote(task_model._meta.db_table)}"
             f' WHERE "id" IN ({awaiting})',
-            [promise_id],
+            [promise_id, promise_id],
         ),
     ]
 
