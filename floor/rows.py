@@ -690,6 +690,27 @@ def _in_one(statements):
     return f"WITH {steps} {rows_of}", [v for statement in statements for v in statement.params]
 
 
+def provided(condition, statements):
+    """run_all's statements as one read (sql, params) for lock_then_query, on PostgreSQL, writing only if
+    `condition`, a query (sql, params), finds a row; the read returns one row: the number of rows it found (0 or 1).
+
+    For a write decided by what a lock protects: asked after that lock in the same query string, the condition
+    and the writes share one snapshot taken once the lock is held, so what it found holds for the writes. Each
+    statement must end in the conditions of its WHERE clause, all ANDed (setting, updating, scrubbing), and
+    return nothing.
+    """
+    sql, params = condition
+    steps = []
+    for n, statement in enumerate(statements):
+        where = statement.sql.rpartition(" WHERE ")[2]
+        assert where != statement.sql and " OR " not in where and " RETURNING " not in where, statement.sql
+        steps.append(f"s{n} AS ({statement.sql} AND EXISTS (SELECT 1 FROM provided))")
+    return (
+        f"WITH provided AS MATERIALIZED ({sql}), {', '.join(steps)} SELECT count(*) FROM provided",
+        [*params, *(v for statement in statements for v in statement.params)],
+    )
+
+
 def _by_statement(statements, found_rows):
     """The rows of _in_one's statement, as run_all returns them."""
     found = [[] for _ in statements]

@@ -5,7 +5,17 @@ from typing import NamedTuple
 from floor import rows
 from outbox.dispatch import announce
 from outbox.messages import set_unblocks
-from promises.models import Callback, Promise, is_external, registrations, taking_registrations, timeout_state
+from promises.models import (
+    Callback,
+    Promise,
+    is_external,
+    knowing_registrations,
+    live_and_unregistered,
+    registered_on,
+    registrations,
+    taking_registrations,
+    timeout_state,
+)
 from tasks.engine import enqueue_resume, fulfilling, new_task
 from tasks.models import Task
 
@@ -56,13 +66,7 @@ def settle_all(promises, now):
     (Promise.awaiters) has them locked, and their tasks read, in the round trip of its settlement.
     """
     ids = [p.id for p in promises]
-    for promise in promises:
-        promise.timeout_armed = False
-    settling = [
-        rows.updating(promises, "state", "value", "settled_at", "timeout_armed"),
-        fulfilling(ids),
-        Callback.scrubbing(ids),
-    ]
+    settling = settlement(promises)
     if all(promise.unregistered for promise in promises):
         rows.at_commit(settling)  # nothing to take and nothing to follow up: the writes go with the commit
         return
@@ -84,6 +88,49 @@ def settle_all(promises, now):
     for id in ids:
         for awaiter_id in sorted(awaiters.get(id, []), reverse=True):  # the lock order of Promise.objects.lock_all
             enqueue_resume(id, awaiter_id, now, locked=tasks)
+
+
+def settlement(promises):
+    """A settlement's first three steps, as statements: the promises (carrying their new state, value and settledAt)
+    written with their timeouts disarmed, their tasks fulfilled, and the scrub (settle_all)."""
+    ids = [p.id for p in promises]
+    for promise in promises:
+        promise.timeout_armed = False
+    return [
+        rows.updating(promises, "state", "value", "settled_at", "timeout_armed"),
+        fulfilling(ids),
+        Callback.scrubbing(ids),
+    ]
+
+
+class SettledAtOnce(NamedTuple):
+    promise: object  # as read under its lock (None: it does not exist), knowing its registrations; settled if `settled`
+    settled: bool
+
+
+def settle_at_once(promise_id, state, value, now):
+    """P-03 as one query string without a transaction (PostgreSQL), for a live promise with nothing registered on
+    it: SettledAtOnce, or None elsewhere than on PostgreSQL.
+
+    The promise is locked, what is registered on it read, and the settlement's writes (settlement) made only if it
+    is live with nothing registered, a condition asked once the lock is held (live_and_unregistered); one query
+    string in autocommit runs as one implicit transaction. A settlement with registrations writes nothing here: its
+    listeners are taken and its awaiters resumed by settle_all, in a transaction (the caller's next step).
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    settling = rows.new(Promise, id=promise_id, state=state, value=value, settled_at=now)
+    writes = rows.provided(live_and_unregistered(promise_id, now), settlement([settling]))
+    locked, (registered, ((found,),)) = rows.lock_then_query(Promise, [promise_id], [registered_on(promise_id), writes])
+    if not locked:
+        return SettledAtOnce(None, False)
+    promise = knowing_registrations(locked[0], registered)
+    if found:
+        promise.state, promise.value, promise.settled_at = state, value, now
+        promise.timeout_armed = False
+    return SettledAtOnce(promise, bool(found))
 
 
 def on_promise_timeout(promise_ids, now):

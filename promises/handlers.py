@@ -1,7 +1,7 @@
 """promise.* handlers (spec P-01 … P-06): each takes the decoded request and `now`, and returns a Reply."""
 
 from floor.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
-from promises.engine import create, settle
+from promises.engine import create, settle, settle_at_once
 from promises.models import Callback, Listener, Promise, PromiseState
 
 
@@ -37,6 +37,20 @@ def promise_settle(req, now, locked=None):
         return PROMISE_NOT_FOUND
     if promise.is_live(now):
         settle(promise, req["state"], req["value"], now, now)
+    return ok(promise=promise.projected(now).to_record())
+
+
+def promise_settle_at_once(req, now):
+    """P-03 in one round trip without a transaction (PostgreSQL), unless the promise is live with something
+    registered on it: None then (and off PostgreSQL), and promise_settle runs, in a transaction."""
+    at_once = settle_at_once(req["id"], req["state"], req["value"], now)
+    if at_once is None:
+        return None
+    promise = at_once.promise
+    if promise is None:
+        return PROMISE_NOT_FOUND
+    if promise.is_live(now) and not at_once.settled:  # it has registrations: settle_all takes them
+        return None
     return ok(promise=promise.projected(now).to_record())
 
 

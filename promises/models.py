@@ -272,6 +272,18 @@ def registered_on(promise_id):
     )
 
 
+def live_and_unregistered(promise_id, now):
+    """The query (sql, params) that finds a row when the promise is live at `now` (Promise.is_live) and has nothing
+    registered on it (registered_on finds nothing): asked once its lock is held, as registered_on is."""
+    promise, listener, callback = (rows.quote(m._meta.db_table) for m in (Promise, Listener, Callback))
+    return (
+        f'SELECT 1 FROM {promise} WHERE "id" = %s AND "state" = %s AND "timeout_at" > %s'
+        f' AND NOT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
+        f' AND NOT EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
+        [promise_id, PromiseState.PENDING, now, promise_id, promise_id],
+    )
+
+
 def knowing_registrations(promise, registered):
     """The promise, knowing what registered_on found: unregistered when nothing (settling it sends its writes with
     the commit), whether it has listeners, and its awaiters (settling it locks them with its writes); see

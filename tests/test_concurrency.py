@@ -234,8 +234,9 @@ def test_a_heartbeat_renews_a_lease_to_what_acquiring_would_and_saturates_at_the
 @pytest.mark.parametrize("registration", ["listener", "callback"])
 def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_registered(server, registration):
     """promise.settle asks whether anything is registered on the promise once it holds the promise's lock
-    (PromiseQuerySet.locked_to_settle), and only a promise with nothing registered has its writes sent with the
-    commit, with no listener taken and no awaiter resumed. Asked in the locking statement's own snapshot, taken
+    (promises.engine.settle_at_once, then PromiseQuerySet.locked_to_settle), and only a promise with nothing
+    registered is settled there, or has its writes sent with the commit, with no listener taken and no awaiter
+    resumed. Asked in the locking statement's own snapshot, taken
     before the wait, the answer would miss a registration committed by the transaction it waited for: the
     listener would get no unblock, and the callback would be left behind."""
     import psycopg
@@ -264,6 +265,37 @@ def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_regist
     assert not Callback.objects.filter(awaited_id="rs").exists()
     if registration == "listener":
         assert Message.objects.filter(kind="unblock", address="poll://uni@g/w").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_settle_that_waited_for_a_settling_transaction_leaves_its_value_as_it_was(server):
+    """settle_at_once writes only if the promise is live once its lock is held: a settle that waited for another
+    settlement of the promise answers with that settlement's state and value, and writes nothing (the first
+    settle wins). Decided in the locking statement's snapshot, taken before the wait, it would overwrite them."""
+    import psycopg
+    from django.db import connection
+
+    with Client(server) as rpc:
+        assert rpc("promise.create", {"id": "ss", "timeoutAt": FAR})[0] == 200
+        dsn = connection.get_connection_params()
+        with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
+            holder.execute("SELECT 1 FROM promises_promise WHERE id = 'ss' FOR UPDATE")  # as a settlement does
+            holder.execute(
+                "UPDATE promises_promise SET state = 'rejected', value = '{\"data\": \"Zmlyc3Q=\"}',"
+                " settled_at = 1, timeout_armed = false WHERE id = 'ss'"
+            )
+            with ThreadPoolExecutor(1) as pool, Client(server) as other:
+                value = {"data": "c2Vjb25k"}
+                settle = pool.submit(other, "promise.settle", {"id": "ss", "state": "resolved", "value": value})
+                time.sleep(0.5)
+                assert not settle.done(), "the settle did not wait for the promise's lock"
+                holder.commit()
+                status, settled = settle.result(timeout=10)
+        assert status == 200
+        assert settled["promise"]["state"] == "rejected" and settled["promise"]["value"]["data"] == "Zmlyc3Q=", settled
+        status, read = rpc("promise.get", {"id": "ss"})
+    assert read["promise"]["state"] == "rejected" and read["promise"]["settledAt"] == 1, read
 
 
 @pytest.mark.postgres

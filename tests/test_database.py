@@ -160,6 +160,38 @@ def test_a_first_step_whose_write_committed_before_the_connection_was_lost_is_a_
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_a_settle_whose_write_committed_before_the_connection_was_lost_answers_the_promise_as_settled(
+    through_proxy, monkeypatch
+):
+    """promise.settle's first step settles with one query string in autocommit (settle_at_once). Run again on a new
+    connection after that string committed, it finds the promise settled and answers it, as P-03 answers a settle
+    of a settled promise: 200 with the settlement, which was its own; nothing is written twice."""
+    from resonate_site.protocol import dispatch
+
+    assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200
+    runs, operation = [], dispatch.OPERATIONS["promise.settle"]
+
+    def write_then_cut(req, now):
+        reply = operation.first(req, now)
+        runs.append(reply.data["promise"]["state"])
+        if len(runs) == 1:
+            through_proxy("drop")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # the reply that does not come back
+        return reply
+
+    write_then_cut.__name__ = operation.first.__name__
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", operation._replace(first=write_then_cut))
+
+    reply = answer(envelope("promise.settle", {"id": "p", "state": "rejected", "value": {"data": "eA=="}}))
+
+    assert runs == ["rejected", "rejected"]
+    assert reply["head"]["status"] == 200, reply
+    assert reply["data"]["promise"]["state"] == "rejected" and reply["data"]["promise"]["value"]["data"] == "eA=="
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
 def test_a_first_step_on_a_kept_connection_the_network_cut_succeeds_on_a_new_one(kind, through_proxy):
     """The statement never reached the database: run again, the step's write is its own, and so is the answer."""
@@ -319,7 +351,9 @@ def test_a_write_that_fails_after_the_last_read_rolls_back_the_whole_operation(m
         rows.insert(Listener(promise_id="p", address="poll://any@g"))  # a duplicate: refused by the database
         return reply
 
-    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", operation._replace(handler=settle_then_fail))
+    # The path in a transaction, which a settle with registrations takes: its one-statement first step left out.
+    patched = operation._replace(handler=settle_then_fail, first=None)
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", patched)
     answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
 
     reply = answer(envelope("promise.settle", {"id": "p", "state": "resolved"}))
@@ -565,14 +599,18 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     created = round_trips(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
     assert len(created) == 1 and "Execute" in created[0], created  # one statement, bound apart, in autocommit
 
+    # Nothing registered: the lock, the registrations and the settlement's writes, provided it is live with none,
+    # in one query string in autocommit.
     alone = round_trips(envelope("promise.settle", {"id": "alone", "state": "resolved", "value": {}}))
-    assert len(alone) == 2, alone
-    assert alone[0].startswith(' "BEGIN; SELECT') and "EXISTS" in alone[0], alone
-    assert alone[1].startswith(' "UPDATE "promises_promise"') and alone[1].endswith('; COMMIT"'), alone
+    assert len(alone) == 1, alone
+    assert alone[0].startswith(' "SELECT') and "FOR UPDATE" in alone[0] and "BEGIN" not in alone[0], alone
+    assert '"promises_listener"' in alone[0] and 'UPDATE "promises_promise"' in alone[0], alone
 
+    # A listener: that query string writes nothing, then the settlement takes it in a transaction.
     listened = round_trips(envelope("promise.settle", {"id": "listened", "state": "resolved", "value": {}}))
-    assert len(listened) == 3, listened
-    assert listened[2].startswith(' "INSERT INTO "outbox_message"') and listened[2].endswith('; COMMIT"'), listened
+    assert len(listened) == 4, listened
+    assert listened[1].startswith(' "BEGIN; SELECT') and "EXISTS" in listened[1], listened
+    assert listened[3].startswith(' "INSERT INTO "outbox_message"') and listened[3].endswith('; COMMIT"'), listened
 
     action = {"kind": "promise.create", "head": {}, "data": {"id": "held", "timeoutAt": 10**13}}
     created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))

@@ -28,7 +28,7 @@ AUTOCOMMIT = Mode.AUTOCOMMIT
 OPERATIONS = {
     "promise.get": Operation(s.ById, promises.promise_get, AUTOCOMMIT),
     "promise.create": Operation(s.PromiseCreate, promises.promise_create, AUTOCOMMIT),
-    "promise.settle": Operation(s.PromiseSettle, promises.promise_settle),
+    "promise.settle": Operation(s.PromiseSettle, promises.promise_settle, first=promises.promise_settle_at_once),
     "promise.register_callback": Operation(s.PromiseRegisterCallback, promises.promise_register_callback),
     "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
     "promise.search": Operation(s.PromiseSearch, promises.promise_search, AUTOCOMMIT),
