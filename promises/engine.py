@@ -9,9 +9,7 @@ from promises.models import (
     Callback,
     Promise,
     is_external,
-    knowing_registrations,
     live_and_unregistered,
-    registered_on,
     registrations,
     taking_registrations,
     timeout_state,
@@ -90,31 +88,26 @@ def settle_all(promises, now):
             enqueue_resume(id, awaiter_id, now, locked=tasks)
 
 
+SETTLED_FIELDS = ("state", "value", "settled_at", "timeout_armed")  # what a settlement writes of a promise
+
+
 def settlement(promises):
     """A settlement's first three steps, as statements: the promises (carrying their new state, value and settledAt)
     written with their timeouts disarmed, their tasks fulfilled, and the scrub (settle_all)."""
     ids = [p.id for p in promises]
     for promise in promises:
         promise.timeout_armed = False
-    return [
-        rows.updating(promises, "state", "value", "settled_at", "timeout_armed"),
-        fulfilling(ids),
-        Callback.scrubbing(ids),
-    ]
-
-
-class SettledAtOnce(NamedTuple):
-    promise: object  # as read under its lock (None: it does not exist), knowing its registrations; settled if `settled`
-    settled: bool
+    return [rows.updating(promises, *SETTLED_FIELDS), fulfilling(ids), Callback.scrubbing(ids)]
 
 
 def settle_at_once(promise_id, state, value, now):
     """P-03 as one query string without a transaction (PostgreSQL), for a live promise with nothing registered on
-    it: SettledAtOnce, or None elsewhere than on PostgreSQL.
+    it: [the promise as it stands once the string has run], [] when it does not exist, None elsewhere than on
+    PostgreSQL.
 
-    The promise is locked, what is registered on it read, and the settlement's writes (settlement) made only if it
-    is live with nothing registered, a condition asked once the lock is held (live_and_unregistered); one query
-    string in autocommit runs as one implicit transaction. A settlement with registrations writes nothing here: its
+    The promise is locked, and the settlement's writes (settlement) made only if it is live with nothing
+    registered, a condition asked once the lock is held (live_and_unregistered); one query string in autocommit
+    runs as one implicit transaction. A promise still live afterwards has registrations and was not written: its
     listeners are taken and its awaiters resumed by settle_all, in a transaction (the caller's next step).
     """
     from django.db import connection
@@ -123,14 +116,11 @@ def settle_at_once(promise_id, state, value, now):
         return None
     settling = rows.new(Promise, id=promise_id, state=state, value=value, settled_at=now)
     writes = rows.provided(live_and_unregistered(promise_id, now), settlement([settling]))
-    locked, (registered, ((found,),)) = rows.lock_then_query(Promise, [promise_id], [registered_on(promise_id), writes])
-    if not locked:
-        return SettledAtOnce(None, False)
-    promise = knowing_registrations(locked[0], registered)
+    locked, (((found,),),) = rows.lock_then_query(Promise, [promise_id], [writes])
     if found:
-        promise.state, promise.value, promise.settled_at = state, value, now
-        promise.timeout_armed = False
-    return SettledAtOnce(promise, bool(found))
+        for name in SETTLED_FIELDS:  # as written
+            setattr(locked[0], name, getattr(settling, name))
+    return locked
 
 
 def on_promise_timeout(promise_ids, now):

@@ -43,13 +43,13 @@ def promise_settle(req, now, locked=None):
 def promise_settle_at_once(req, now):
     """P-03 in one round trip without a transaction (PostgreSQL), unless the promise is live with something
     registered on it: None then (and off PostgreSQL), and promise_settle runs, in a transaction."""
-    at_once = settle_at_once(req["id"], req["state"], req["value"], now)
-    if at_once is None:
+    found = settle_at_once(req["id"], req["state"], req["value"], now)
+    if found is None:
         return None
-    promise = at_once.promise
-    if promise is None:
+    if not found:
         return PROMISE_NOT_FOUND
-    if promise.is_live(now) and not at_once.settled:  # it has registrations: settle_all takes them
+    (promise,) = found
+    if promise.is_live(now):  # not settled there: it has registrations, which settle_all takes
         return None
     return ok(promise=promise.projected(now).to_record())
 

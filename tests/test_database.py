@@ -124,6 +124,27 @@ def first_step_request(kind):
     return envelope("task.acquire", {"id": "p", "version": 0, "pid": "w", "ttl": 60000})
 
 
+def cut_after_the_first_run(kind, seen, through_proxy, monkeypatch):
+    """The first step of `kind` loses its connection once its first run is over (its write committed, its reply not
+    yet back), so that it runs again on a new one; returns the list of seen(reply) of each run."""
+    from resonate_site.protocol import dispatch
+
+    runs, operation = [], dispatch.OPERATIONS[kind]
+
+    def write_then_cut(req, now):
+        reply = operation.first(req, now)
+        runs.append(seen(reply))
+        if len(runs) == 1:
+            through_proxy("drop")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # the reply that does not come back
+        return reply
+
+    write_then_cut.__name__ = operation.first.__name__
+    monkeypatch.setitem(dispatch.OPERATIONS, kind, operation._replace(first=write_then_cut))
+    return runs
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
@@ -133,22 +154,8 @@ def test_a_first_step_whose_write_committed_before_the_connection_was_lost_is_a_
     """task.create's and task.acquire's first steps write with one statement in autocommit. When the connection
     is lost after that statement committed, the step runs again on a new connection and finds the write made:
     it cannot tell it was its own, and the caller, who may hold the task, must not be told 409."""
-    from resonate_site.protocol import dispatch
-
     body = first_step_request(kind)
-    runs, operation = [], dispatch.OPERATIONS[kind]
-
-    def write_then_cut(req, now):
-        reply = operation.first(req, now)
-        runs.append(reply is not None)
-        if len(runs) == 1:
-            through_proxy("drop")
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")  # the reply that does not come back
-        return reply
-
-    write_then_cut.__name__ = operation.first.__name__
-    monkeypatch.setitem(dispatch.OPERATIONS, kind, operation._replace(first=write_then_cut))
+    runs = cut_after_the_first_run(kind, lambda reply: reply is not None, through_proxy, monkeypatch)
 
     reply = answer(body)
 
@@ -166,22 +173,9 @@ def test_a_settle_whose_write_committed_before_the_connection_was_lost_answers_t
     """promise.settle's first step settles with one query string in autocommit (settle_at_once). Run again on a new
     connection after that string committed, it finds the promise settled and answers it, as P-03 answers a settle
     of a settled promise: 200 with the settlement, which was its own; nothing is written twice."""
-    from resonate_site.protocol import dispatch
-
     assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200
-    runs, operation = [], dispatch.OPERATIONS["promise.settle"]
-
-    def write_then_cut(req, now):
-        reply = operation.first(req, now)
-        runs.append(reply.data["promise"]["state"])
-        if len(runs) == 1:
-            through_proxy("drop")
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")  # the reply that does not come back
-        return reply
-
-    write_then_cut.__name__ = operation.first.__name__
-    monkeypatch.setitem(dispatch.OPERATIONS, "promise.settle", operation._replace(first=write_then_cut))
+    seen = lambda reply: reply.data["promise"]["state"]  # noqa: E731
+    runs = cut_after_the_first_run("promise.settle", seen, through_proxy, monkeypatch)
 
     reply = answer(envelope("promise.settle", {"id": "p", "state": "rejected", "value": {"data": "eA=="}}))
 
