@@ -690,25 +690,53 @@ def _in_one(statements):
     return f"WITH {steps} {rows_of}", [v for statement in statements for v in statement.params]
 
 
-def provided(condition, statements):
-    """run_all's statements as one read (sql, params) for lock_then_query, on PostgreSQL, writing only if
-    `condition`, a query (sql, params), finds a row; the read returns one row: the number of rows it found (0 or 1).
+HELD = "floor.held"  # transaction-local setting: the key lock_then_write's lock found (and so holds)
 
-    For a write decided by what a lock protects: asked after that lock in the same query string, the condition
-    and the writes share one snapshot taken once the lock is held, so what it found holds for the writes. Each
-    statement must end in the conditions of its WHERE clause, all ANDed (setting, updating, scrubbing), and
-    return nothing.
+
+def lock_then_write(model, pk, condition, statements, using=DEFAULT):
+    """Lock the row of `model` with this key, then make run_all's statements only if `condition`, a query (sql,
+    params), finds a row once the lock is held; PostgreSQL only, one query string, one round trip: ([the locked
+    instance] or [], whether the statements wrote).
+
+    For a write decided by what a lock protects. The condition and the writes are one statement (data-modifying
+    CTEs), started once the lock is held, so they share a snapshot in which what the lock protects holds. They
+    write only if the lock found the row: a row the lock could not see (inserted by a transaction that committed
+    after the lock's statement began) is visible to the writes' later snapshot, but not locked, so what the
+    condition read of it may change before the writes. The lock notes its key in a transaction-local setting
+    (HELD), which the writes ask for; a query string without a transaction runs as one implicit transaction.
+    The condition, and each statement, must end in the conditions of its WHERE clause, all ANDed (setting,
+    updating, scrubbing); the statements return nothing.
     """
+    connection = connections[using]
+    assert connection.vendor == "postgresql"
     sql, params = condition
     steps = []
     for n, statement in enumerate(statements):
         where = statement.sql.rpartition(" WHERE ")[2]
         assert where != statement.sql and " OR " not in where and " RETURNING " not in where, statement.sql
         steps.append(f"s{n} AS ({statement.sql} AND EXISTS (SELECT 1 FROM provided))")
-    return (
-        f"WITH provided AS MATERIALIZED ({sql}), {', '.join(steps)} SELECT count(*) FROM provided",
-        [*params, *(v for statement in statements for v in statement.params)],
+    writes = (
+        f"WITH provided AS MATERIALIZED ({sql} AND current_setting('{HELD}', true) = %s), {', '.join(steps)}"
+        " SELECT count(*) FROM provided"
     )
+    with cursor_of(connection) as cursor:
+        cursor.execute(
+            f"{_marking_lock(model)}; {writes}",
+            [pk, *params, str(pk), *(v for statement in statements for v in statement.params)],
+        )
+        locked = [row[:-1] for row in cursor.fetchall()]  # without the setting's value
+        cursor.nextset()
+        ((written,),) = cursor.fetchall()
+    return instances(model, locked, using), bool(written)
+
+
+@cache
+def _marking_lock(model):
+    """Lock one row, and note its key in HELD once it is locked (the subquery's lock comes before the outer
+    projection: PostgreSQL does not fold a subquery that locks into its outer query)."""
+    key = quote(model._meta.pk.column)
+    locking = _select_all(model, 1, True, True)
+    return f"SELECT held.*, set_config('{HELD}', held.{key}::text, true) FROM ({locking}) AS held"
 
 
 def _by_statement(statements, found_rows):

@@ -106,18 +106,20 @@ def settle_at_once(promise_id, state, value, now):
     PostgreSQL.
 
     The promise is locked, and the settlement's writes (settlement) made only if it is live with nothing
-    registered, a condition asked once the lock is held (live_and_unregistered); one query string in autocommit
-    runs as one implicit transaction. A promise still live afterwards has registrations and was not written: its
-    listeners are taken and its awaiters resumed by settle_all, in a transaction (the caller's next step).
+    registered, a condition asked once the lock is held (live_and_unregistered; rows.lock_then_write). A promise
+    still live afterwards has registrations and was not written: its listeners are taken and its awaiters resumed
+    by settle_all, in a transaction (the caller's next step). A promise created after the lock looked for it is
+    answered as absent: it was when the string began.
     """
     from django.db import connection
 
     if connection.vendor != "postgresql":
         return None
     settling = rows.new(Promise, id=promise_id, state=state, value=value, settled_at=now)
-    writes = rows.provided(live_and_unregistered(promise_id, now), settlement([settling]))
-    locked, (((found,),),) = rows.lock_then_query(Promise, [promise_id], [writes])
-    if found:
+    locked, written = rows.lock_then_write(
+        Promise, promise_id, live_and_unregistered(promise_id, now), settlement([settling])
+    )
+    if written:
         for name in SETTLED_FIELDS:  # as written
             setattr(locked[0], name, getattr(settling, name))
     return locked

@@ -371,3 +371,36 @@ def test_an_acquire_that_waited_for_the_promises_lock_finds_the_task_as_the_hold
         assert status == 409
         status, got = rpc("task.get", {"id": "acq"})
     assert got["task"]["state"] == "fulfilled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_settle_racing_the_create_of_its_promise_answers_it_absent_or_settled(server):
+    """Each round, one client creates a promise while another settles it. The settle answers 404 (it came first)
+    or 200 with the promise settled, never a 5xx, and the promise ends as its answer said. On PostgreSQL a create
+    that commits after settle_at_once's lock looked for the promise is visible to the writes that follow it in
+    the same query string; those must not write what the lock does not hold (rows.lock_then_write)."""
+    rounds = 100
+    both = threading.Barrier(2)
+
+    def work(rpc, n):
+        answers = []
+        try:
+            for i in range(rounds):
+                both.wait()
+                if n == 0:
+                    rpc("promise.create", {"id": f"r{i}", "timeoutAt": FAR})
+                else:
+                    answers.append(rpc("promise.settle", {"id": f"r{i}", "state": "resolved"}))
+        except AssertionError:
+            both.abort()  # the other client stops waiting for this one
+            raise
+        return answers
+
+    _, settles = race(server, work, count=2)
+    with Client(server) as rpc:
+        for i, (status, data) in enumerate(settles):
+            assert status in (200, 404), (status, data)
+            _, read = rpc("promise.get", {"id": f"r{i}"})
+            assert read["promise"]["state"] == ("resolved" if status == 200 else "pending"), (i, status, read)
+            if status == 200:
+                assert data["promise"]["state"] == "resolved", data

@@ -174,3 +174,25 @@ def test_a_row_read_by_the_hot_paths_is_the_instance_the_orm_reads():
     for model, pk in ((Promise, "r"), (Task, "r")):
         hot, orm = rows.fetch(model, pk), model.objects.get(pk=pk)
         assert instance_state(hot) == instance_state(orm)
+
+
+@pytest.mark.postgres  # lock_then_write is PostgreSQL's one-string path
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("locked", [True, False])
+def test_lock_then_write_writes_only_when_its_lock_found_the_row(locked):
+    """A row inserted by a transaction that commits after the lock's statement began is not locked, but the writes'
+    later snapshot sees it: what a condition read of it may change before the writes. Here the condition finds a
+    row whatever the lock found, as it would for such a row; the writes are made only when the lock found its row."""
+    from promises.models import Promise
+
+    Promise.objects.create(id="other", state="pending", timeout_at=10**13, created_at=0)
+    if locked:
+        Promise.objects.create(id="p", state="pending", timeout_at=10**13, created_at=0)
+    anything = ('SELECT 1 FROM "promises_promise" WHERE "id" = %s', ["other"])
+    write = rows.updating([rows.new(Promise, id="other", state="resolved")], "state")
+
+    found, written = rows.lock_then_write(Promise, "p", anything, [write])
+
+    assert [promise.id for promise in found] == (["p"] if locked else [])
+    assert written is locked
+    assert Promise.objects.get(id="other").state == ("resolved" if locked else "pending")
