@@ -87,14 +87,30 @@ def stale(messages):
     return found
 
 
-def claim_on_write(message):
+def claim_on_write(message, nobody_listens=False):
     """Claim a message as it is written, for the process that writes it and sends it once it is committed:
     the attempt counted and the lease taken as claim would, without a statement of its own.
 
     The lease runs on the clock every deliverer reads, from now; a transaction slow to commit eats into it,
-    so the sender checks what is left of it before sending (still_held)."""
+    so the sender checks what is left of it before sending (still_held).
+
+    When the writing process knows that no stream can take it now (nobody_listens: the hub's word, without a round
+    trip), the attempt is made as it is written: recorded as one that found no stream (settled_as), due again after
+    POLL_RETRY_MS, with nothing to send or record after the commit (recorded_on_write)."""
     message.attempts += 1
-    message.next_attempt_at = now_ms() + lease_ms(message.address)
+    now = now_ms()
+    if nobody_listens:
+        message.state, message.next_attempt_at, message.delivered_at, message.unreached_since = settled_as(
+            message, Outcome.UNREACHED, now
+        )
+        message.last_error = NO_STREAM
+    else:
+        message.next_attempt_at = now + lease_ms(message.address)
+
+
+def recorded_on_write(message):
+    """Whether a message claimed as it was written had its attempt recorded then (claim_on_write): found no stream."""
+    return message.unreached_since is not None
 
 
 def still_held(message, now):
@@ -184,9 +200,7 @@ def send_all(messages):
             if isinstance(ok, HubUnavailable):
                 outcomes[n] = (Outcome.HUB_DOWN, str(ok))
             else:
-                outcomes[n] = (
-                    (Outcome.TAKEN, "") if ok else (Outcome.UNREACHED, "no live poll connection for this address")
-                )
+                outcomes[n] = (Outcome.TAKEN, "") if ok else (Outcome.UNREACHED, NO_STREAM)
     for n, message in enumerate(messages):
         if outcomes[n] is None:
             if message.address.startswith(("http://", "https://")):
@@ -194,6 +208,9 @@ def send_all(messages):
             else:
                 outcomes[n] = (Outcome.DROPPED, f"no transport for address {message.address!r}")
     return outcomes
+
+
+NO_STREAM = "no live poll connection for this address"  # an UNREACHED attempt's detail
 
 
 def identity(message):

@@ -25,12 +25,13 @@ from outbox.delivery import (
     deliver_due,
     identity,
     record_written,
+    recorded_on_write,
     send_claimed,
     still_held,
 )
 from outbox.delivery import requeue as requeue_messages
 from outbox.hub import hub, takes_back
-from outbox.models import Message, Pause
+from outbox.models import DeliveryState, Message, Pause
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,17 @@ def announce(*messages):
 def notify(messages):
     """Have these committed messages delivered now: those for a stream of this process handed to it at once (see
     Deliverer.hand_over), the others by this process's deliverer thread; a request never waits on a round trip for
-    delivery. Whatever a deliverer misses, the periodic delivery pass sends."""
+    delivery. Those whose attempt was made as they were written (nobody could take them) are only counted. Whatever
+    a deliverer misses, the periodic delivery pass sends."""
     running = deliverer()
     if running is None:
         return  # nobody delivers in this process (tests, commands): the message waits in the outbox
+    if unreached := [m for m in messages if claimed_on_write(m) and recorded_on_write(m)]:
+        messages_claimed(unreached)  # counted as the deliverer counts an attempt that found no stream
+        deliveries_recorded([DeliveryState.PENDING] * len(unreached))
+        messages = [m for m in messages if not (claimed_on_write(m) and recorded_on_write(m))]
+        if not messages:
+            return
     try:
         messages = running.hand_over(messages)
     except Exception:
@@ -62,6 +70,13 @@ def sends_at_once(address):
     """Whether this process's deliverer sends a message to this address itself, as soon as it is committed."""
     running = deliverer()
     return running is not None and running.sends_at_once(address)
+
+
+def nobody_listens(address):
+    """Whether no stream can take a message to this address now, as this process's deliverer knows without a round
+    trip (Deliverer.nobody_listens)."""
+    running = deliverer()
+    return running is not None and running.nobody_listens(address)
 
 
 def requeue(identities, delay_ms=0):
@@ -164,6 +179,21 @@ class Deliverer(threading.Thread):
     def sends_at_once(self, address):
         """Embedded: every message. Production: poll:// ones; HTTP pushes go to Celery workers (see Handoff)."""
         return self.embedded or parse_poll_address(address) is not None
+
+    def nobody_listens(self, address):
+        """Whether a message to this address, being written, finds no stream that could take it, as the hub knows
+        without a round trip (hub().nobody_listens): then its attempt is recorded as it is written
+        (outbox.delivery.claim_on_write). Only while the deliverer has seen delivery unpaused within the last 100 ms,
+        as for hand_over: so every 100 ms at least one such message goes through this thread, which reads the pause
+        again, and reads the group every RedisHub.KNOWN_S."""
+        at, paused = self.pause_read
+        if paused or time.monotonic() - at > 0.1 or parse_poll_address(address) is None:
+            return False
+        try:
+            return hub().nobody_listens(address)
+        except Exception:
+            log.exception("could not tell whether anyone listens at %s; the deliverer tries", address)
+            return False
 
     def wake(self, messages):
         try:

@@ -4,7 +4,10 @@ Streams register with the hub of their server process; a deliverer, in any proce
 in-memory hub serves one process (the embedded mode). The Redis hub spans processes: each stream
 listens on a channel of its own, on its process's one subscriber connection, and is advertised in a
 sorted set per group (score = expiry, refreshed while it lives). PUBLISH answers how many listeners
-heard, so a stream that is gone (its process dead, its advertisement stale) is noticed at once.
+heard, so a stream that is gone (its process dead, its advertisement stale) is noticed at once. Every
+advertisement is announced on one channel, JOINS, which every server process hears: a process that read a
+group a moment ago and has heard of no stream joining it since knows, without asking Redis, whether any
+stream can take a message (nobody_listens).
 
 A message counts as delivered only once its stream has written it to its client (`delivered`): until
 then it stays claimed in the outbox, so one taken by a process that dies before writing it (killed,
@@ -31,6 +34,7 @@ from floor.protocol import parse_poll_address
 
 log = logging.getLogger(__name__)
 
+JOINS = "resonate:poll:joins"  # a group's name, published whenever a stream of it is advertised
 BUFFER = 1000  # events a stream may fall behind (a backlog arrives in bursts); further ones go back to the outbox
 _order = itertools.count()
 
@@ -171,6 +175,9 @@ class MemoryHub:
     async def ready(self):
         return True
 
+    def start(self):
+        """Nothing to connect: every stream of this hub is in this process."""
+
     async def register(self, group, id):
         stream = Stream(group, id, asyncio.get_running_loop())
         with self.lock:
@@ -186,6 +193,14 @@ class MemoryHub:
     def take_here(self, messages):
         """Every stream is this process's: publish_all, which makes no round trip."""
         return self.publish_all(messages)
+
+    def nobody_listens(self, address):
+        """Whether no stream can take a message to this poll:// address now (see RedisHub.nobody_listens). Exact here:
+        every stream is in this process."""
+        cast, group, id = parse_poll_address(address)
+        with self.lock:
+            streams = self.streams.get(group, {})
+            return choose(cast, id, [Member(s.key, s.id, s.sequence) for s in streams.values()]) is None
 
     def publish_all(self, messages):
         """Route each (address, message, identity) to one stream; whether each was taken."""
@@ -231,6 +246,8 @@ class RedisHub:
         self._known = {}  # group → (when read, monotonic s; its members as _read_members gives them): see _members
         self._forgotten = collections.Counter()  # group → how many times forgotten: a read older than that is not kept
         self._known_lock = threading.Lock()
+        # Since when (monotonic s) the relay has heard JOINS without a break, or None: see nobody_listens.
+        self._joins_since = None
 
     @staticmethod
     def group_key(group):
@@ -256,7 +273,7 @@ class RedisHub:
 
     async def ready(self):
         """Whether this process is connected to the hub (waiting WAIT_S for it, the first time or after a loss)."""
-        self._start()
+        self.start()
         try:
             await asyncio.wait_for(self.up.wait(), self.WAIT_S)
         except TimeoutError:
@@ -264,7 +281,7 @@ class RedisHub:
         return True
 
     async def register(self, group, id):
-        self._start()
+        self.start()
         stream = Stream(group, id, asyncio.get_running_loop())
         self.streams[stream.key] = stream  # from here a reconnecting relay subscribes and advertises it too
         try:
@@ -318,15 +335,23 @@ class RedisHub:
             pipe.zrem(self.group_key(stream.group), self.member(stream))
         await pipe.execute()
 
-    async def _advertise(self, streams):
+    async def _advertise(self, streams, joining=True):
+        """Advertise streams in their groups, and announce on JOINS that they joined, after the advertisement (one
+        connection keeps the order): a process that hears the announcement and reads the group again finds them.
+        A refresh (joining=False) announces nothing: every process read them already, or hears them join again
+        after a reconnection."""
         expiry = time.time() * 1000 + self.TTL_MS
         pipe = self.client.pipeline(transaction=False)
         for stream in streams:
             pipe.zadd(self.group_key(stream.group), {self.member(stream): expiry})
+        if joining:
+            for group in sorted({stream.group for stream in streams}):
+                pipe.publish(JOINS, group)
         await pipe.execute()
 
-    def _start(self):
-        """Connect this process's subscriber, once, on the first stream."""
+    def start(self):
+        """Connect this process's subscriber, once: when the server process starts (resonate_site.asgi's
+        lifespan), or on its first stream."""
         if self.relay is not None:
             return
         import redis.asyncio
@@ -344,7 +369,7 @@ class RedisHub:
         while True:
             pubsub = self.client.pubsub()
             try:
-                await pubsub.subscribe(self.control)
+                await pubsub.subscribe(self.control, JOINS)
                 self.pubsub = pubsub
                 streams = list(self.streams.values())
                 if streams:
@@ -365,6 +390,7 @@ class RedisHub:
             except Exception as error:
                 log.warning("message hub connection lost (%r); reconnecting in %.1f s", error, backoff)
             finally:
+                self._hearing_joins(None)  # joins announced from here on may go unheard
                 self.up.clear()
                 self.pubsub = None
                 for confirmed in self.closing.values():  # their subscriptions ended with the connection
@@ -392,7 +418,12 @@ class RedisHub:
                 continue
             heard = time.monotonic()
             channel = item["channel"].decode()
-            if item["type"] == "message" and channel != self.control:
+            if channel == JOINS:
+                if item["type"] == "message":
+                    self.forget(item["data"].decode())
+                elif item["type"] == "subscribe":  # Redis confirms it: every join announced after this is heard
+                    self._hearing_joins(heard)
+            elif item["type"] == "message" and channel != self.control:
                 envelope = json.loads(item["data"])
                 identity = tuple(envelope["message"]) if envelope.get("message") else None
                 self._hand(envelope["stream"], envelope["event"], identity)
@@ -417,7 +448,7 @@ class RedisHub:
             streams = list(self.streams.values())
             if streams and self.up.is_set():
                 try:
-                    await self._advertise(streams)
+                    await self._advertise(streams, joining=False)
                 except Exception as error:  # the relay notices Redis away and advertises again when back
                     log.info("could not refresh %d stream advertisements: %r", len(streams), error)
 
@@ -470,13 +501,14 @@ class RedisHub:
 
     def _publish_all(self, client, messages):
         routes = [parse_poll_address(address) for address, _, _ in messages]
-        members, fresh = self._members(client, {group for _, group, _ in routes}), set()
+        members, fresh = self._members(client, {group for _, group, _ in routes})
         taken = [False] * len(messages)
         waiting = list(range(len(messages)))
         while waiting:
             chosen = {n: self._choose(routes[n], members) for n in waiting}
-            if unsure := {routes[n][1] for n in waiting if chosen[n] is None} - fresh:
-                # Nobody among the members as last read: read them again before a message is called unreached.
+            if unsure := {routes[n][1] for n in waiting if chosen[n] is None} - fresh - self._complete(members):
+                # Nobody among the members as last read, and streams may have joined unheard since: read them again
+                # before a message is called unreached.
                 members.update(self._read_members(client, unsure))
                 fresh |= unsure
                 chosen.update({n: self._choose(routes[n], members) for n in waiting if routes[n][1] in unsure})
@@ -515,8 +547,8 @@ class RedisHub:
         return choose(cast, id, [member for member, _, _ in members[group].values()])
 
     def _members(self, client, groups):
-        """{group: {stream key: (Member, channel, raw entry)}} of the live streams of these groups, as read from Redis
-        within KNOWN_S (each a copy, the caller's to change).
+        """({group: {stream key: (Member, channel, raw entry)}} of the live streams of these groups, as read from Redis
+        within KNOWN_S (each a copy, the caller's to change); the groups among them read just now).
 
         Routing by members read a moment ago saves a round trip per batch, and is safe: a stream gone since (its
         advertisement withdrawn, its process dead) is not heard when published to, and is struck; a message none of
@@ -534,13 +566,43 @@ class RedisHub:
                     unknown.append(group)
         if unknown:
             found.update(self._read_members(client, unknown))
-        return found
+        return found, set(unknown)
 
-    def _remembered(self, group, now):
-        """The group's members as read within KNOWN_S of `now` (not a copy: not to be changed), or None. Under
-        _known_lock."""
+    def _hearing_joins(self, since):
+        with self._known_lock:
+            self._joins_since = since
+
+    def _complete(self, groups):
+        """Those of these groups whose members as remembered are all there are: read while JOINS was heard, with no
+        stream heard joining since (it would have been forgotten). Under no lock of the caller's."""
+        now = time.monotonic()
+        with self._known_lock:
+            since = self._joins_since
+            if since is None:
+                return set()
+            return {group for group in groups if self._remembered(group, now, heard_since=since) is not None}
+
+    def nobody_listens(self, address):
+        """Whether no stream can take a message to this poll:// address now, as this process knows without asking
+        Redis: its group's members as read within KNOWN_S, while this process heard every stream that joined a group
+        since (JOINS), leave none to choose. False whenever that is not known (the group not read lately, the relay
+        not connected, as in a process that has none). A stream that joined elsewhere and whose announcement is
+        still on its way (a millisecond or so) is not counted: a message for it waits POLL_RETRY_MS, as one that
+        arrived just before the stream did."""
+        route = parse_poll_address(address)
+        if route is None or not self._complete({route[1]}):
+            return False
+        with self._known_lock:
+            members = self._remembered(route[1], time.monotonic())
+        return members is not None and self._choose(route, {route[1]: members}) is None
+
+    def _remembered(self, group, now, heard_since=None):
+        """The group's members as read within KNOWN_S of `now` (not a copy: not to be changed), or None; None too for
+        a read from before `heard_since`, if given. Under _known_lock."""
         known = self._known.get(group)
-        return known[1] if known is not None and now - known[0] < self.KNOWN_S else None
+        if known is None or now - known[0] >= self.KNOWN_S or (heard_since is not None and known[0] < heard_since):
+            return None
+        return known[1]
 
     def _read_members(self, client, groups):
         """{group: {stream key: (Member, channel, raw entry)}} read from Redis now (and remembered for _members)."""

@@ -3,16 +3,17 @@ delivered once the transaction commits."""
 
 from floor import rows
 from outbox.delivery import claim_on_write
-from outbox.dispatch import announce, sends_at_once
+from outbox.dispatch import announce, nobody_listens, sends_at_once
 from outbox.models import Message, MessageKind
 
 
 def message(kind, subject, address, data, now):
     """A new message, unsaved. When this process will send it as soon as it is committed, it is claimed for
-    this process as it is written (outbox.delivery.claim_on_write): no claim statement after the commit."""
+    this process as it is written (outbox.delivery.claim_on_write): no claim statement after the commit; and when
+    no stream can take it now, its attempt is recorded as it is written, with nothing to send after the commit."""
     built = Message.build(kind, subject, address, data, now)
     if sends_at_once(address):
-        claim_on_write(built)
+        claim_on_write(built, nobody_listens(address))
     return built
 
 

@@ -9,6 +9,8 @@
 - GET /poll/… streams run on Django's async handler.
 - Everything else (the console, /api/, /metrics, /ready) goes to Django's WSGI handler on a thread pool
   of its own, /ready on a thread of its own.
+- At startup (ASGI lifespan) the process connects to the message hub, so that it hears streams joining their
+  groups anywhere before any of its own connects (outbox.hub.RedisHub.nobody_listens).
 
 Every body is read on the event loop first, within READ_TIMEOUT_MS and MAX_BODY_BYTES: a client that
 trickles its body holds a coroutine, never a thread.
@@ -28,6 +30,7 @@ from django.db import close_old_connections, connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from floor.conf import resonate_settings  # noqa: E402
+from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
 from resonate_site.serving import ProtocolThreads, deadlines, watch_parent  # noqa: E402
 
@@ -51,7 +54,9 @@ ALLOWED_HOSTS = settings.ALLOWED_HOSTS or ([".localhost", "127.0.0.1", "[::1]"] 
 
 
 async def application(scope, receive, send):
-    if scope["type"] != "http":
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+    elif scope["type"] != "http":
         await django_asgi(scope, receive, send)
     elif scope["path"] == "/" and scope["method"] == "POST":
         await protocol(scope, receive, send)
@@ -64,6 +69,18 @@ async def application(scope, receive, send):
         if body is not None:
             wsgi = readiness_wsgi if scope["path"] == "/ready" else django_wsgi
             await wsgi(scope, replay(body), send)
+
+
+async def lifespan(receive, send):
+    """Startup: connect to the hub (it reconnects by itself while Redis is away). Nothing to do at shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            hub().start()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def protocol(scope, receive, send):

@@ -277,3 +277,119 @@ def test_a_new_stream_gets_a_503_while_the_hub_is_unreachable(settings, monkeypa
     response = asyncio.run(AsyncClient().get("/poll/g/w1"))
 
     assert response.status_code == 503 and response["Content-Type"] == "text/plain"
+
+
+async def hearing_joins(hub):
+    """Start a hub's relay, as a server process does at startup, and wait until Redis has confirmed its JOINS."""
+    hub.start()
+    until = time.monotonic() + 5
+    while hub._joins_since is None:
+        assert time.monotonic() < until, "the relay never subscribed to JOINS"
+        await asyncio.sleep(0.01)
+
+
+async def until_true(check, seconds):
+    """Wait for check() to hold; how long it took, or None after `seconds`."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > seconds:
+            return None
+        await asyncio.sleep(0.005)
+    return time.monotonic() - started
+
+
+def test_a_hub_that_hears_joins_knows_nobody_listens_to_a_group_it_read_empty_without_asking_redis_again(own_redis):
+    """A message for a group nobody listens to cost two reads of the group per batch, and then a statement to record
+    it unreached; a process that hears every stream join knows it from its last read."""
+    deliverer_side = RedisHub(own_redis.url)
+
+    async def scenario():
+        await hearing_joins(deliverer_side)
+        before_read = deliverer_side.nobody_listens("poll://any@g")  # never read: not known
+        reads = group_reads(own_redis)
+        taken = await publish(deliverer_side, "poll://any@g", event(0))
+        read_once = group_reads(own_redis) - reads
+        known = deliverer_side.nobody_listens("poll://any@g"), deliverer_side.nobody_listens("poll://uni@g/w1")
+        again = await publish(deliverer_side, "poll://any@g", event(1))
+        return before_read, taken, read_once, known, again, group_reads(own_redis) - reads
+
+    before_read, taken, read_once, known, again, reads = asyncio.run(scenario())
+    assert before_read is False
+    assert taken == [False] and read_once == 1  # read once, not read again before calling it unreached
+    assert known == (True, True)
+    assert again == [False] and reads == 1  # the second message asked Redis nothing
+
+
+def test_a_stream_joining_in_another_process_is_heard_at_once_by_a_hub_that_knew_its_group_empty(
+    own_redis, monkeypatch
+):
+    """What a process remembers of a group lasts KNOWN_S; made to last a minute here, only the join can end the
+    knowledge that nobody listens."""
+    monkeypatch.setattr(RedisHub, "KNOWN_S", 60)
+    worker_side, deliverer_side = RedisHub(own_redis.url), RedisHub(own_redis.url)
+
+    async def scenario():
+        await hearing_joins(deliverer_side)
+        await publish(deliverer_side, "poll://any@g", event(0))
+        assert deliverer_side.nobody_listens("poll://any@g")
+        other_group = await worker_side.register("h", "w1")
+        heard_other = await until_true(lambda: not deliverer_side.nobody_listens("poll://any@g"), 0.3)
+        stream = await worker_side.register("g", "w1")
+        heard = await until_true(lambda: not deliverer_side.nobody_listens("poll://any@g"), 5)
+        taken = await publish(deliverer_side, "poll://any@g", event(1))
+        return other_group, heard_other, heard, taken, await next_line(stream)
+
+    _, heard_other, heard, taken, line = asyncio.run(scenario())
+    assert heard_other is None  # a stream of another group changes nothing
+    assert heard is not None and heard < 1
+    assert taken == [True] and '"n":1' in line
+
+
+def test_a_hub_without_a_relay_or_whose_relay_lost_redis_never_claims_nobody_listens(own_redis):
+    """A Celery worker's deliverer hears no joins; nor does a server process while its subscriber is reconnecting
+    (a join announced meanwhile is lost to it), until it has read the group again since."""
+    silent, listening = RedisHub(own_redis.url), RedisHub(own_redis.url)
+
+    async def scenario():
+        await publish(silent, "poll://any@g", event(0))
+        without_relay = silent.nobody_listens("poll://any@g")
+        await hearing_joins(listening)
+        await publish(listening, "poll://any@g", event(1))
+        before = listening.nobody_listens("poll://any@g")
+        own_redis.kill()
+        lost = await until_true(lambda: listening._joins_since is None, 10)
+        while_down = listening.nobody_listens("poll://any@g")
+        own_redis.start()
+        back = await until_true(lambda: listening._joins_since is not None, 10)
+        after_reconnect = listening.nobody_listens("poll://any@g")  # read before the reconnection: not trusted
+        await publish(listening, "poll://any@g", event(2))
+        return without_relay, before, lost, while_down, back, after_reconnect, listening.nobody_listens("poll://any@g")
+
+    without_relay, before, lost, while_down, back, after_reconnect, read_again = asyncio.run(scenario())
+    assert without_relay is False
+    assert before is True
+    assert lost is not None and while_down is False
+    assert back is not None and after_reconnect is False
+    assert read_again is True
+
+
+def test_the_memory_hub_knows_exactly_who_listens(settings, monkeypatch):
+    from outbox.hub import MemoryHub
+
+    memory = MemoryHub()
+
+    async def scenario():
+        empty = memory.nobody_listens("poll://any@g"), memory.nobody_listens("poll://uni@g/w1")
+        stream = await memory.register("g", "w1")
+        joined = (
+            memory.nobody_listens("poll://any@g"),
+            memory.nobody_listens("poll://uni@g/w1"),
+            memory.nobody_listens("poll://uni@g/w2"),
+        )
+        await memory.close(stream)
+        return empty, joined, memory.nobody_listens("poll://any@g")
+
+    empty, joined, left = asyncio.run(scenario())
+    assert empty == (True, True)
+    assert joined == (False, False, True)  # unicast to an id with no stream: nobody, though the group has one
+    assert left is True

@@ -467,3 +467,50 @@ def test_a_message_taken_again_while_its_stream_still_holds_it_is_written_once(m
 
     assert written.count('data: {"kind":"unblock"}\n\n') == 1, written
     assert recorded == [tuple(identity)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("delivery", ["running", "paused", "not looked at for 200 ms"])
+def test_a_message_no_stream_can_take_has_its_attempt_recorded_as_it_is_written(
+    memory_hub, settings, monkeypatch, delivery
+):
+    """A create with a target whose workers are all away woke the deliverer, which asked the hub and then recorded
+    the attempt unreached in a statement of its own. Now the attempt is in the row as written, counted as before,
+    and the message reaches a stream that connects later as any unreached one does: by the delivery pass."""
+    from floor.counters import DELIVERIES, MESSAGES
+    from outbox import dispatch
+    from outbox.delivery import NO_STREAM
+    from resonate_site.protocol.envelope import perform
+
+    settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 5000, "POLL_RETRY_MS": 0}
+    running = dispatch.Deliverer()  # this process's, its thread not started: what reaches it stays on its queue
+    monkeypatch.setattr(dispatch, "_deliverer", (os.getpid(), running))
+    looked = time.monotonic() - (0.2 if delivery.startswith("not looked") else 0)
+    running.pause_read = (looked, delivery == "paused")
+    claimed, errors = MESSAGES.labels("execute")._value.get(), DELIVERIES.labels("error")._value.get()
+
+    target = {"resonate:target": "poll://any@away"}
+    perform("promise.create", {"id": "p", "timeoutAt": now_ms() + 3_600_000, "tags": target})
+
+    execute = Message.objects.get(kind=MessageKind.EXECUTE, subject="p")
+    queued = []
+    while not running.keys.empty():
+        queued.extend(running.keys.get_nowait())
+    if delivery != "running":  # for the deliverer thread, which looks at the pause first
+        assert execute.unreached_since is None and [message.key for message in queued] == [execute.key]
+        return
+    assert queued == []
+    assert (execute.state, execute.attempts, execute.last_error) == (DeliveryState.PENDING, 1, NO_STREAM)
+    assert execute.unreached_since is not None and execute.next_attempt_at == execute.unreached_since
+    assert MESSAGES.labels("execute")._value.get() == claimed + 1
+    assert DELIVERIES.labels("error")._value.get() == errors + 1  # as an attempt that found no stream counts
+
+    async def scenario():
+        lines = events("away", "w1")
+        await anext(lines)
+        await asyncio.to_thread(deliver)  # the delivery pass
+        written = await anext(lines)
+        await lines.aclose()
+        return written
+
+    assert asyncio.run(scenario()).startswith('data: {"kind":"execute"')

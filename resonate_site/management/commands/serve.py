@@ -62,7 +62,7 @@ class Command(BaseCommand):
                 log_level=log_level,
                 log_config=None,  # uvicorn's lines go through Django's LOGGING (RESONATE_LOG_FORMAT)
                 access_log=False,
-                lifespan="off",
+                lifespan="on",  # resonate_site.asgi connects to the hub at startup
                 timeout_graceful_shutdown=GRACE_S,
                 http="resonate_site.serving:GuardedHttpProtocol",
                 limit_concurrency=resonate_settings.MAX_CONNECTIONS,
