@@ -21,6 +21,7 @@ from floor.transactions import Mode, after_commit, run_atomically
 from outbox.delivery import (
     BATCH,
     Transport,
+    claim_on_write,
     deliver,
     deliver_due,
     identity,
@@ -52,12 +53,12 @@ def notify(messages):
     running = deliverer()
     if running is None:
         return  # nobody delivers in this process (tests, commands): the message waits in the outbox
-    if unreached := [m for m in messages if claimed_on_write(m) and recorded_on_write(m)]:
+    unreached, messages = partition(messages, lambda m: claimed_on_write(m) and recorded_on_write(m))
+    if unreached:
         messages_claimed(unreached)  # counted as the deliverer counts an attempt that found no stream
         deliveries_recorded([DeliveryState.PENDING] * len(unreached))
-        messages = [m for m in messages if not (claimed_on_write(m) and recorded_on_write(m))]
-        if not messages:
-            return
+    if not messages:
+        return
     try:
         messages = running.hand_over(messages)
     except Exception:
@@ -66,17 +67,20 @@ def notify(messages):
         running.wake(messages)
 
 
-def sends_at_once(address):
-    """Whether this process's deliverer sends a message to this address itself, as soon as it is committed."""
-    running = deliverer()
-    return running is not None and running.sends_at_once(address)
+def partition(items, test):
+    """(the items that pass the test, the others), each in order."""
+    passed, others = [], []
+    for item in items:
+        (passed if test(item) else others).append(item)
+    return passed, others
 
 
-def nobody_listens(address):
-    """Whether no stream can take a message to this address now, as this process's deliverer knows without a round
-    trip (Deliverer.nobody_listens)."""
+def claim_if_sent_here(message):
+    """Claim a message being written for this process (outbox.delivery.claim_on_write) when its deliverer sends it
+    itself as soon as it is committed; with its attempt recorded then when no stream can take it (nobody_listens)."""
     running = deliverer()
-    return running is not None and running.nobody_listens(address)
+    if running is not None and running.sends_at_once(message.address):
+        claim_on_write(message, running.nobody_listens(message.address))
 
 
 def requeue(identities, delay_ms=0):
@@ -186,8 +190,7 @@ class Deliverer(threading.Thread):
         (outbox.delivery.claim_on_write). Only while the deliverer has seen delivery unpaused within the last 100 ms,
         as for hand_over: so every 100 ms at least one such message goes through this thread, which reads the pause
         again, and reads the group every RedisHub.KNOWN_S."""
-        at, paused = self.pause_read
-        if paused or time.monotonic() - at > 0.1 or parse_poll_address(address) is None:
+        if not self.unpaused_lately() or parse_poll_address(address) is None:
             return False
         try:
             return hub().nobody_listens(address)
@@ -242,8 +245,7 @@ class Deliverer(threading.Thread):
         recorded for it until its stream has written it (record_written). What this saves is the deliverer thread's
         wake-up and its contention with the request thread for the interpreter, on the path from a commit to its
         event, which is most of a workflow step's own delivery."""
-        at, paused = self.pause_read
-        if paused or time.monotonic() - at > 0.1:
+        if not self.unpaused_lately():
             return announced
         now = now_ms()
         mine = [
@@ -277,6 +279,12 @@ class Deliverer(threading.Thread):
             except queue.Empty:
                 break
         return items
+
+    def unpaused_lately(self):
+        """Whether this thread has seen delivery unpaused within the last 100 ms: what another thread may act on
+        without asking the database (hand_over, nobody_listens)."""
+        at, paused = self.pause_read
+        return not paused and time.monotonic() - at <= 0.1
 
     def paused(self):
         at, paused = self.pause_read

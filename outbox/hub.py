@@ -573,14 +573,16 @@ class RedisHub:
             self._joins_since = since
 
     def _complete(self, groups):
-        """Those of these groups whose members as remembered are all there are: read while JOINS was heard, with no
-        stream heard joining since (it would have been forgotten). Under no lock of the caller's."""
+        """Those of these groups whose members as remembered are all there are (_all_members)."""
         now = time.monotonic()
         with self._known_lock:
-            since = self._joins_since
-            if since is None:
-                return set()
-            return {group for group in groups if self._remembered(group, now, heard_since=since) is not None}
+            return {group for group in groups if self._all_members(group, now) is not None}
+
+    def _all_members(self, group, now):
+        """The group's members as remembered, if they are all there are: read within KNOWN_S while JOINS was heard,
+        with no stream heard joining since (it would have been forgotten); else None. Under _known_lock."""
+        since = self._joins_since
+        return None if since is None else self._remembered(group, now, heard_since=since)
 
     def nobody_listens(self, address):
         """Whether no stream can take a message to this poll:// address now, as this process knows without asking
@@ -590,10 +592,10 @@ class RedisHub:
         still on its way (a millisecond or so) is not counted: a message for it waits POLL_RETRY_MS, as one that
         arrived just before the stream did."""
         route = parse_poll_address(address)
-        if route is None or not self._complete({route[1]}):
+        if route is None:
             return False
         with self._known_lock:
-            members = self._remembered(route[1], time.monotonic())
+            members = self._all_members(route[1], time.monotonic())
         return members is not None and self._choose(route, {route[1]: members}) is None
 
     def _remembered(self, group, now, heard_since=None):

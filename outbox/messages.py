@@ -2,8 +2,7 @@
 delivered once the transaction commits."""
 
 from floor import rows
-from outbox.delivery import claim_on_write
-from outbox.dispatch import announce, nobody_listens, sends_at_once
+from outbox.dispatch import announce, claim_if_sent_here
 from outbox.models import Message, MessageKind
 
 
@@ -12,8 +11,7 @@ def message(kind, subject, address, data, now):
     this process as it is written (outbox.delivery.claim_on_write): no claim statement after the commit; and when
     no stream can take it now, its attempt is recorded as it is written, with nothing to send after the commit."""
     built = Message.build(kind, subject, address, data, now)
-    if sends_at_once(address):
-        claim_on_write(built, nobody_listens(address))
+    claim_if_sent_here(built)
     return built
 
 
