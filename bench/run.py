@@ -8,8 +8,10 @@ promise.get, promise.settle and the task.create → task.fulfill pair, then runs
 scripts of the SQL the server sends (bench/pgbench/*.sql, prepared as the server prepares them) at the
 same client counts, and drives the peer resonate-pg (../shared/peers/resonate-pg: the protocol as
 PL/pgSQL behind a stdlib Python HTTP server, in a scratch database `rpg_bench`) with the same wrk scripts.
-Needs wrk and pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib); --no-peer when the
-peer is not beside the project.
+Also drives bench/floor.py, the least a Python front can do to send the same SQL (no validation, no protocol
+rules, a blocking process per connection): what no Python server on this machine goes beyond; --no-floor
+leaves it out. Needs wrk and pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib); --no-peer
+when the peer is not beside the project.
 """
 
 import argparse
@@ -33,6 +35,7 @@ DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB}"
 PORT = 8009
 PEER = ROOT.parent / "shared" / "peers" / "resonate-pg"
 PEER_DB, PEER_PORT = "rpg_bench", 18032
+FLOOR_PORT = 18033
 PREFILL = 20_000  # promises for promise.get
 SETTLE_PREFILL = 200_000  # pending promises for pgbench's settle, drawn at random: few draws repeat within a run
 SETTLE_PER_THREAD = 60_000  # pending promises per wrk thread per settle run
@@ -153,6 +156,25 @@ def start_server(workers, threads):
     raise SystemExit("server did not become ready; see bench/results/server.log")
 
 
+def start_floor(processes):
+    log = open(BENCH / "results" / "floor.log", "w")  # noqa: SIM115 (the floor outlives this function)
+    floor = subprocess.Popen(
+        [PYTHON, str(BENCH / "floor.py"), "--port", str(FLOOR_PORT), "--processes", str(processes)]
+        + ["--database", DATABASE_URL],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    body = b'{"kind":"promise.get","head":{"corrId":"r","version":"2026-04-01"},"data":{"id":"g-1"}}'
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{FLOOR_PORT}/", data=body), timeout=1)
+            return floor
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("the floor did not start; see bench/results/floor.log")
+
+
 def stop(server):
     os.killpg(server.pid, signal.SIGTERM)
     server.wait(timeout=30)
@@ -181,11 +203,13 @@ def wrk(script, clients, seconds, run, one_connection_per_thread=False, port=POR
         check=True,
     ).stdout
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
     p50, p99 = (latency(re.search(rf"\s{q}%\s+([\d.]+)(us|ms|s)\b", out)) for q in ("50", "99"))
     errors = re.search(r"refused answers: (\d+)", out)  # HTTP or head.status not 200 (bench/wrk/common.lua)
     socket_errors = re.search(r"Socket errors: (.*)", out)
     return {
         "rate": rate,
+        "requests": requests,
         "p50": p50,
         "p99": p99,
         "errors": int(errors.group(1)) if errors else 0,
@@ -249,6 +273,7 @@ def main():
     parser.add_argument("--threads", type=int, help="protocol threads per server process (default: the server's)")
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--no-peer", action="store_true", help="leave out resonate-pg")
+    parser.add_argument("--no-floor", action="store_true", help="leave out bench/floor.py")
     args = parser.parse_args()
     for tool in ("wrk", "pgbench", "psql"):
         if not shutil.which(tool):
@@ -264,6 +289,12 @@ def main():
         rows += drive("server", PORT, prefill_settle, scenarios, clients, args.seconds)
     finally:
         stop(server)
+    if not args.no_floor:
+        floor = start_floor(max(clients))
+        try:
+            rows += drive("floor", FLOOR_PORT, prefill_settle, scenarios, clients, args.seconds)
+        finally:
+            stop(floor)
     if not args.no_peer:
         if not PEER.is_dir():
             raise SystemExit(f"the peer is not at {PEER} (use --no-peer)")
@@ -307,28 +338,44 @@ def fmt(r):
 
 
 def report(rows, args):
-    baseline = {(name.removeprefix("pgbench "), c): r for name, c, r in rows if name.startswith("pgbench ")}
-    peer = {(name.removeprefix("peer "), c): r for name, c, r in rows if name.startswith("peer ")}
+    """One line per operation and client count. Ratios to the peer are of answers with status 200: the peer
+    refuses some settles and gets under load, and a refusal is not an answer."""
+    others = {}
+    for name, c, r in rows:
+        label, _, operation = name.partition(" ")
+        if operation:
+            others[(label, operation, c)] = r
     lines = [
-        f"# POST / on PostgreSQL vs pgbench and resonate-pg, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores,"
-        f" {args.workers} server processes x {args.threads or 'default'} threads, {args.seconds} s per point",
+        f"# POST / on PostgreSQL vs pgbench, the floor and resonate-pg, {time.strftime('%Y-%m-%d %H:%M')},"
+        f" {os.cpu_count()} cores, {args.workers} server processes x {args.threads or 'default'} threads,"
+        f" {args.seconds} s per point",
         "",
         "| operation | clients | server req/s | p50 ms | p99 ms | refused | pgbench req/s | server/pgbench"
-        " | resonate-pg req/s | p99 ms | server/peer |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " | floor req/s | floor/pgbench | server/floor | resonate-pg req/s | refused | p99 ms | server/peer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c, r in rows:
-        if name.startswith(("pgbench ", "peer ")):
+        if " " in name:
             continue
-        b, p = baseline.get((name, c)), peer.get((name, c))
-        base = f"{b['rate']:.0f} | {r['rate'] / b['rate']:.0%}" if b else "- | -"
-        versus = f"{p['rate']:.0f} | {p['p99']:.2f} | {r['rate'] / p['rate']:.2f}x" if p else "- | - | -"
+        b, f, p = (others.get((label, name, c)) for label in ("pgbench", "floor", "peer"))
+        ok = answered(r)
+        base = f"{b['rate']:.0f} | {ok / b['rate']:.0%}" if b else "- | -"
+        least = "- | - | -"
+        if f and b:
+            least = f"{answered(f):.0f} | {answered(f) / b['rate']:.0%} | {ok / answered(f):.0%}"
+        versus = f"{p['rate']:.0f} | {p['errors']} | {p['p99']:.2f} | {ok / answered(p):.2f}x" if p else "- | - | - | -"
         lines.append(
-            f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} | {versus} |"
+            f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} | {least}"
+            f" | {versus} |"
         )
     text = "\n".join(lines)
     print("\n" + text)
     (BENCH / "results" / f"protocol-{time.strftime('%Y%m%d-%H%M%S')}.md").write_text(text + "\n")
+
+
+def answered(result):
+    """Answers with status 200 a second."""
+    return result["rate"] * (1 - result["errors"] / result["requests"]) if result["requests"] else 0.0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,237 @@
+"""The floor: how fast any Python server could answer bench/run.py's requests on this machine.
+
+    .venv/bin/python bench/floor.py --port 18033 --processes 16 --database postgres://…/resonate_bench
+
+A server of the least work a Python front can do for each scenario of `run.py`, sending the same SQL as the
+server (`bench/pgbench/*.sql`, with parameters where pgbench has variables, bound as the server binds them):
+
+- one process per connection, each blocking on its socket and its database connection, as pgbench runs one
+  backend per client: no event loop, no threads, no hand-off;
+- the least HTTP that wrk needs: the head read up to its blank line, the body by its Content-Length;
+- the envelope decoded with orjson, and nothing validated: no protocol rule, no auth, no metrics, no logging,
+  no outbox delivery;
+- a reply built from the row the statement returned, encoded with orjson.
+
+It is not a server: it answers wrk's four request shapes and nothing else, and trusts them. It measures what
+the serving stack and the language leave for the protocol. A ratio to pgbench that the floor does not reach in
+the same run is one no Python server reaches on this machine.
+"""
+
+import argparse
+import os
+import socket
+import time
+
+import orjson
+import psycopg
+
+COLUMNS = (
+    '"id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer",'
+    ' "branch"'
+)
+PROMISE_COLUMNS = ("id", "state", "param", "value", "tags", "timeoutAt", "createdAt", "settledAt")
+GET = f'SELECT {COLUMNS} FROM "promises_promise" WHERE "id" = %s'
+
+
+def create_sql(task_state, task_values, message):
+    """promise.create with a target (and an execute message) or task.create (its task acquired), one statement."""
+    outbox = (
+        """,
+  d1 AS (INSERT INTO "outbox_message" ("key", "kind", "subject", "address", "data", "created_at", "state",
+      "attempts", "next_attempt_at", "delivered_at", "unreached_since", "last_error")
+    SELECT %s::text, 'execute'::varchar(7), %s::text, %s::text, %s::jsonb, %s::bigint, 'pending'::varchar(9),
+      1::integer, %s::bigint, NULL::bigint, %s::bigint, 'no live poll connection for this address'::text FROM head
+    ON CONFLICT ("key") DO UPDATE SET "address" = EXCLUDED."address", "data" = EXCLUDED."data",
+      "created_at" = EXCLUDED."created_at", "state" = EXCLUDED."state", "attempts" = EXCLUDED."attempts",
+      "next_attempt_at" = EXCLUDED."next_attempt_at", "delivered_at" = EXCLUDED."delivered_at",
+      "unreached_since" = EXCLUDED."unreached_since", "last_error" = EXCLUDED."last_error" RETURNING 1)"""
+        if message
+        else ""
+    )
+    return f"""WITH head AS (INSERT INTO "promises_promise" ({COLUMNS})
+    VALUES (%s::text, 'pending'::varchar(17), %s::jsonb, '{{}}'::jsonb, %s::jsonb, %s::bigint, %s::bigint,
+      NULL::bigint, true::boolean, false::boolean, NULL::text)
+    ON CONFLICT ("id") DO NOTHING RETURNING 1),
+  d0 AS (INSERT INTO "tasks_task" ("id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")
+    SELECT %s::text, '{task_state}'::varchar(9), {task_values}, %s::bigint FROM head RETURNING 1){outbox}
+SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM head
+UNION ALL SELECT false, {COLUMNS} FROM "promises_promise" WHERE "id" = %s"""
+
+
+PROMISE_CREATE = create_sql("pending", "0::bigint, NULL::text, NULL::bigint, '[]'::jsonb, 0::smallint", message=True)
+TASK_CREATE = create_sql("acquired", "1::bigint, %s::text, %s::bigint, '[]'::jsonb, 1::smallint", message=False)
+
+# promise.settle with nothing registered: the lock and the conditional writes in one string (client-side bound).
+SETTLE = f"""SELECT held.*, set_config('floor.held', held."id"::text, true) FROM (SELECT {COLUMNS}
+  FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE) AS held;
+WITH provided AS MATERIALIZED (SELECT 1 FROM "promises_promise" WHERE "id" = %(id)s AND "state" = 'pending'
+    AND "timeout_at" > %(now)s AND NOT EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
+    AND NOT EXISTS (SELECT 1 FROM "promises_callback" WHERE "awaited_id" = %(id)s)
+    AND current_setting('floor.held', true) = %(id)s),
+  s0 AS (UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4,
+      "timeout_armed" = v.column5
+    FROM (VALUES (CAST(%(id)s AS text), CAST(%(state)s AS varchar(17)), CAST(%(value)s AS jsonb),
+      CAST(%(now)s AS bigint), CAST(false AS boolean))) v
+    WHERE "promises_promise"."id" = v.column1 AND EXISTS (SELECT 1 FROM provided)),
+  s1 AS (UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]'::jsonb,
+      "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s AND EXISTS (SELECT 1 FROM provided)),
+  s2 AS (DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s)
+    AND EXISTS (SELECT 1 FROM provided))
+SELECT count(*) FROM provided"""
+
+# task.fulfill with nothing registered: BEGIN, the lock and the reads in one string; the writes with COMMIT.
+FULFILL_LOCK = f"""BEGIN; SELECT {COLUMNS} FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE;
+SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task"
+  WHERE "id" IN (%(id)s) ORDER BY "id" ASC;
+SELECT NULL WHERE EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
+  UNION ALL SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = %(id)s"""
+FULFILL_WRITES = """UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4,
+    "timeout_armed" = v.column5
+  FROM (VALUES (CAST(%(id)s AS text), CAST(%(state)s AS varchar(17)), CAST(%(value)s AS jsonb),
+    CAST(%(now)s AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1;
+UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]'::jsonb,
+  "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s;
+DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s); COMMIT"""
+
+
+def now_ms():
+    return time.time_ns() // 1_000_000
+
+
+def promise(row):
+    return dict(zip(PROMISE_COLUMNS, row[:8], strict=True))
+
+
+class Handlers:
+    def __init__(self, database):
+        self.db = psycopg.connect(database, autocommit=True, prepare_threshold=0)
+        self.one = psycopg.Cursor(self.db)  # server-side binding, prepared: the server's single statements
+        self.several = psycopg.ClientCursor(self.db)  # client-side binding: its strings of several statements
+
+    def answer(self, kind, data):
+        return getattr(self, kind.replace(".", "_"))(data)
+
+    def promise_get(self, data):
+        self.one.execute(GET, (data["id"],))
+        return {"promise": promise(self.one.fetchone())}
+
+    def _created(self, cursor, data, now):
+        """The promise a create statement made (from what was asked, as the server answers), or the one it found."""
+        created, *row = cursor.fetchone()
+        if created:
+            return {"id": data["id"], "state": "pending", "param": data.get("param", {}), "value": {}}
+        return promise(row)
+
+    def promise_create(self, data):
+        now, id, target = now_ms(), data["id"], data["tags"]["resonate:target"]
+        message = orjson.dumps({"task": {"id": id, "version": 0}}).decode()
+        params = (id, orjson.dumps(data["param"]).decode(), orjson.dumps(data["tags"]).decode(), data["timeoutAt"], now)
+        params += (id, now + 60_000, "e:" + id, id, target, message, now, now + 500, now, id)
+        self.one.execute(PROMISE_CREATE, params)
+        return {
+            "promise": {
+                **self._created(self.one, data, now),
+                "tags": data["tags"],
+                "timeoutAt": data["timeoutAt"],
+                "createdAt": now,
+            }
+        }
+
+    def promise_settle(self, data):
+        now = now_ms()
+        value = orjson.dumps(data["value"]).decode()
+        self.several.execute(SETTLE, {"id": data["id"], "now": now, "state": data["state"], "value": value})
+        row = self.several.fetchone()
+        return {"promise": {**promise(row), "state": data["state"], "value": data["value"], "settledAt": now}}
+
+    def task_create(self, data):
+        now, created = now_ms(), data["action"]["data"]
+        id = created["id"]
+        params = (id, "{}", orjson.dumps(created["tags"]).decode(), created["timeoutAt"], now)
+        params += (id, data["pid"], data["ttl"], now + data["ttl"], id)
+        self.one.execute(TASK_CREATE, params)
+        made = self._created(self.one, created, now)
+        return {"task": {"id": id, "version": 1}, "promise": {**made, "tags": created["tags"], "createdAt": now}}
+
+    def task_fulfill(self, data):
+        now, settled = now_ms(), data["action"]["data"]
+        value = orjson.dumps(settled["value"]).decode()
+        params = {"id": data["id"], "now": now, "state": settled["state"], "value": value}
+        self.several.execute(FULFILL_LOCK, params)
+        self.several.nextset()  # past BEGIN's result to the promise's row
+        row = self.several.fetchone()
+        self.several.execute(FULFILL_WRITES, params)
+        return {"promise": {**promise(row), "state": settled["state"], "value": settled["value"], "settledAt": now}}
+
+
+def serve(listener, database):
+    handlers = Handlers(database)
+    while True:
+        connection, _ = listener.accept()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            converse(connection, handlers)
+        except (EOFError, ConnectionError):
+            pass
+        finally:
+            connection.close()
+
+
+def converse(connection, handlers):
+    pending = b""
+    while True:
+        end = pending.find(b"\r\n\r\n")
+        while end < 0:
+            pending += receive(connection)
+            end = pending.find(b"\r\n\r\n")
+        head = pending[:end].lower()
+        start = head.index(b"content-length:") + 15
+        stop = head.find(b"\r\n", start)
+        length = int(head[start : stop if stop > 0 else None])
+        while len(pending) < end + 4 + length:
+            pending += receive(connection)
+        envelope = orjson.loads(pending[end + 4 : end + 4 + length])
+        pending = pending[end + 4 + length :]
+        kind = envelope["kind"]
+        reply = orjson.dumps(
+            {
+                "kind": kind,
+                "head": {"corrId": envelope["head"]["corrId"], "status": 200, "version": "2026-04-01"},
+                "data": handlers.answer(kind, envelope["data"]),
+            }
+        )
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply)
+        )
+
+
+def receive(connection):
+    chunk = connection.recv(65536)
+    if not chunk:
+        raise EOFError
+    return chunk
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--processes", type=int, required=True, help="at least as many as wrk's connections")
+    parser.add_argument("--database", required=True)
+    args = parser.parse_args()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(128)
+    children = []
+    for _ in range(args.processes):
+        child = os.fork()
+        if child == 0:
+            serve(listener, args.database)
+            os._exit(0)
+        children.append(child)
+    for _ in children:  # run.py stops the whole process group
+        os.wait()
+
+
+if __name__ == "__main__":
+    main()
