@@ -3,7 +3,8 @@
     .venv/bin/python bench/floor.py --port 18033 --processes 16 --database postgres://…/resonate_bench
 
 A server of the least work a Python front can do for each scenario of `run.py`, sending the same SQL as the
-server (`bench/pgbench/*.sql`, with parameters where pgbench has variables, bound as the server binds them):
+server (`bench/pgbench/*.sql`, with parameters where pgbench has variables, bound server-side and sent alone or
+in pipelines, as the server sends them):
 
 - one process per connection, each blocking on its socket and its database connection, as pgbench runs one
   backend per client: no event loop, no threads, no hand-off;
@@ -61,10 +62,11 @@ UNION ALL SELECT false, {COLUMNS} FROM "promises_promise" WHERE "id" = %s"""
 PROMISE_CREATE = create_sql("pending", "0::bigint, NULL::text, NULL::bigint, '[]'::jsonb, 0::smallint", message=True)
 TASK_CREATE = create_sql("acquired", "1::bigint, %s::text, %s::bigint, '[]'::jsonb, 1::smallint", message=False)
 
-# promise.settle with nothing registered: the lock and the conditional writes in one string (client-side bound).
-SETTLE = f"""SELECT held.*, set_config('floor.held', held."id"::text, true) FROM (SELECT {COLUMNS}
-  FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE) AS held;
-WITH provided AS MATERIALIZED (SELECT 1 FROM "promises_promise" WHERE "id" = %(id)s AND "state" = 'pending'
+# promise.settle with nothing registered: the lock, then the writes if it is live with nothing registered.
+SETTLE = (
+    f"""SELECT held.*, set_config('floor.held', held."id"::text, true) FROM (SELECT {COLUMNS}
+  FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE) AS held""",
+    """WITH provided AS MATERIALIZED (SELECT 1 FROM "promises_promise" WHERE "id" = %(id)s AND "state" = 'pending'
     AND "timeout_at" > %(now)s AND NOT EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
     AND NOT EXISTS (SELECT 1 FROM "promises_callback" WHERE "awaited_id" = %(id)s)
     AND current_setting('floor.held', true) = %(id)s),
@@ -77,21 +79,31 @@ WITH provided AS MATERIALIZED (SELECT 1 FROM "promises_promise" WHERE "id" = %(i
       "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s AND EXISTS (SELECT 1 FROM provided)),
   s2 AS (DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s)
     AND EXISTS (SELECT 1 FROM provided))
-SELECT count(*) FROM provided"""
+SELECT count(*) FROM provided""",
+)
 
-# task.fulfill with nothing registered: BEGIN, the lock and the reads in one string; the writes with COMMIT.
-FULFILL_LOCK = f"""BEGIN; SELECT {COLUMNS} FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE;
-SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task"
-  WHERE "id" IN (%(id)s) ORDER BY "id" ASC;
-SELECT NULL WHERE EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
-  UNION ALL SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = %(id)s"""
-FULFILL_WRITES = """UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4,
+# task.fulfill with nothing registered: BEGIN, the lock and the reads; then the writes with COMMIT.
+AWAITING = 'SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = %(id)s AND "awaiter_id" <> %(id)s'
+TASK_COLUMNS = '"id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at"'
+FULFILL_LOCK = (
+    "BEGIN",
+    f'SELECT {COLUMNS} FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE',
+    f'SELECT {TASK_COLUMNS} FROM "tasks_task" WHERE "id" IN (%(id)s) ORDER BY "id" ASC',
+    """SELECT NULL WHERE EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
+  UNION ALL SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = %(id)s""",
+    f'SELECT {COLUMNS} FROM "promises_promise" WHERE "id" IN ({AWAITING}) ORDER BY "id" DESC FOR UPDATE',
+    f'SELECT {TASK_COLUMNS} FROM "tasks_task" WHERE "id" IN ({AWAITING})',
+)
+FULFILL_WRITES = (
+    """UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4,
     "timeout_armed" = v.column5
   FROM (VALUES (CAST(%(id)s AS text), CAST(%(state)s AS varchar(17)), CAST(%(value)s AS jsonb),
-    CAST(%(now)s AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1;
-UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]'::jsonb,
-  "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s;
-DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s); COMMIT"""
+    CAST(%(now)s AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1""",
+    """UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]'::jsonb,
+  "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s""",
+    """DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s)""",
+    "COMMIT",
+)
 
 
 def now_ms():
@@ -105,8 +117,15 @@ def promise(row):
 class Handlers:
     def __init__(self, database):
         self.db = psycopg.connect(database, autocommit=True, prepare_threshold=0)
-        self.one = psycopg.Cursor(self.db)  # server-side binding, prepared: the server's single statements
-        self.several = psycopg.ClientCursor(self.db)  # client-side binding: its strings of several statements
+        self.cursors = [psycopg.Cursor(self.db) for _ in FULFILL_LOCK]  # bound server-side, prepared at once
+        self.one = self.cursors[0]
+
+    def together(self, statements, params):
+        """Statements in one pipeline, one Sync, as the server sends them (floor.rows.send_all): the cursors."""
+        with self.db.pipeline():
+            for cursor, sql in zip(self.cursors, statements, strict=False):
+                cursor.execute(sql, params)
+        return self.cursors
 
     def answer(self, kind, data):
         return getattr(self, kind.replace(".", "_"))(data)
@@ -140,8 +159,8 @@ class Handlers:
     def promise_settle(self, data):
         now = now_ms()
         value = orjson.dumps(data["value"]).decode()
-        self.several.execute(SETTLE, {"id": data["id"], "now": now, "state": data["state"], "value": value})
-        row = self.several.fetchone()
+        locking = self.together(SETTLE, {"id": data["id"], "now": now, "state": data["state"], "value": value})
+        row = locking[0].fetchone()
         return {"promise": {**promise(row), "state": data["state"], "value": data["value"], "settledAt": now}}
 
     def task_create(self, data):
@@ -157,10 +176,8 @@ class Handlers:
         now, settled = now_ms(), data["action"]["data"]
         value = orjson.dumps(settled["value"]).decode()
         params = {"id": data["id"], "now": now, "state": settled["state"], "value": value}
-        self.several.execute(FULFILL_LOCK, params)
-        self.several.nextset()  # past BEGIN's result to the promise's row
-        row = self.several.fetchone()
-        self.several.execute(FULFILL_WRITES, params)
+        row = self.together(FULFILL_LOCK, params)[1].fetchone()
+        self.together(FULFILL_WRITES, params)
         return {"promise": {**promise(row), "state": settled["state"], "value": settled["value"], "settledAt": now}}
 
 

@@ -25,7 +25,7 @@ from django.db.models.signals import post_init, pre_init
 DEFAULT = "default"
 
 
-_kept = threading.local()  # per thread: {database alias: (psycopg connection, its two cursors for hot statements)}
+_kept = threading.local()  # per thread: {database alias: (psycopg connection, its cursors for hot statements)}
 
 
 @contextmanager
@@ -37,8 +37,8 @@ def cursor_of(connection, single=False):
     `single`: the SQL is one statement. It is then sent with its parameters apart (server-side binding), so
     that PostgreSQL can keep its plan: a statement the connection has run PREPARE_THRESHOLD times is prepared
     (resonate_site/settings.py). Planning was most of a read's cost in the database: the fence's read planned
-    in 0.13-0.17 ms and ran in 0.05. Several statements in one string (and the statement that opens a
-    transaction, which carries its BEGIN) go with client-side binding, which can send them together.
+    in 0.13-0.17 ms and ran in 0.05. The statement that opens a transaction carries its BEGIN in one string,
+    bound client-side (_Opening); several statements meant to go at once go by send_all.
 
     Django's cursor wrapper costs about 40 µs of CPU per statement here (a new cursor each time, its
     wrappers). Errors still arrive as django.db errors, which floor.transactions reads to retry a lost race
@@ -49,24 +49,79 @@ def cursor_of(connection, single=False):
         with connection.cursor() as cursor:
             yield cursor
         return
+    raw, several, bound = _kept_cursors(connection)
+    with connection.wrap_database_errors:
+        if opens_transaction(raw):
+            yield _Opening(several, raw)
+        else:
+            yield _Single(bound[0], several) if single else several
+
+
+def send_all(connection, parts):
+    """Send several statements, (sql, params) each, in one round trip: [the rows of each, or None for one that
+    returns none]. Outside a transaction they run as one (implicit) transaction.
+
+    As a pipeline (_pipelined) where cursors are kept and no statement has more than BOUND_MAX parameters; as one
+    query string bound client-side otherwise (the queries are watched, or a statement is that large).
+    """
+    if _keeps_cursors(connection) and all(len(params) <= BOUND_MAX for _, params in parts):
+        return _pipelined(connection, parts)
+    with cursor_of(connection) as cursor:
+        cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
+        results = []
+        while True:
+            results.append(cursor.fetchall() if cursor.description else None)
+            if not cursor.nextset():
+                return results
+
+
+def _pipelined(connection, parts):
+    """send_all as a pipeline of the statements, each bound server-side, and so prepared once the connection has
+    run it PREPARE_THRESHOLD times, ended by one Sync. The BEGIN of a transaction Django has begun and no
+    statement has opened goes in front (psycopg would send its own with a Sync of its own, a round trip more).
+
+    A query string of several statements is bound client-side, so PostgreSQL parses and plans all of it at every
+    call: a promise.settle cost PostgreSQL 0.53-0.69 ms of CPU as one string, 0.30-0.33 ms as a pipeline
+    (bench/README.md, 2026-12-03, fourth session). An error of any statement is raised once all are sent, and
+    the transaction rolls back.
+    """
+    raw, _, bound = _kept_cursors(connection)
+    opening = opens_transaction(raw)
+    if opening:
+        raw.autocommit = True  # as _Opening does; Django's commit or rollback ends the transaction as any other
+        parts = [("BEGIN", ()), *parts]
+    if len(bound) < len(parts):
+        from psycopg import Cursor
+
+        bound.extend(Cursor(raw) for _ in range(len(parts) - len(bound)))
+    with connection.wrap_database_errors:
+        with raw.pipeline():
+            for cursor, (sql, params) in zip(bound, parts, strict=False):
+                cursor.execute(sql, params)
+        results = [cursor.fetchall() if cursor.description else None for cursor in bound[: len(parts)]]
+    return results[1:] if opening else results
+
+
+def _kept_cursors(connection):
+    """(the psycopg connection, its ClientCursor, [its cursors binding server-side]), kept per thread and
+    connection, once the statements held for the commit have gone. A pipeline takes as many of the latter as it
+    sends statements (_pipelined); a statement alone takes the first."""
     raw = connection.connection
     if raw is None:  # ensure_connection() itself costs a check for a running event loop and an environment read
         connection.ensure_connection()
         raw = connection.connection
     if _held.get():  # statements held for the commit go first: writes keep their order, and reads see them
-        _send_held(connection, "")
+        _send_held(connection)
     kept = _kept.__dict__.setdefault("cursors", {})
-    held, several, one = kept.get(connection.alias, (None, None, None))
-    if held is not raw or several.closed or one.closed:
-        from psycopg import Cursor
+    found = kept.get(connection.alias)
+    if found is not None:
+        held, several, bound = found
+        if held is raw and not (several.closed or bound[0].closed):
+            return found
+    from psycopg import Cursor
 
-        several, one = raw.cursor(), Cursor(raw)  # Django's ClientCursor, and a server-side binding one
-        kept[connection.alias] = (raw, several, one)
-    with connection.wrap_database_errors:
-        if opens_transaction(raw):
-            yield _Opening(several, raw)
-        else:
-            yield _Single(one, several) if single else several
+    found = kept[connection.alias] = (raw, raw.cursor(), [Cursor(raw)])  # raw.cursor(): Django's ClientCursor
+    return found
 
 
 def _keeps_cursors(connection):
@@ -89,7 +144,7 @@ def holding_for_commit():
 
 def at_commit(statements, using=DEFAULT):
     """Run these writes (Statements that return no rows) as the last of the transaction: held, and sent with its
-    COMMIT in one query string (commit_held), one round trip fewer. Any statement sent in the meantime sends them
+    COMMIT in one round trip (commit_held), one round trip fewer. Any statement sent in the meantime sends them
     first, so writes keep their order and later reads see them; an error of theirs surfaces there or at the
     commit, as a failed commit, and the transaction rolls back. Outside floor.transactions' hold (SQLite, a
     watched connection, no transaction), they run now."""
@@ -102,20 +157,17 @@ def at_commit(statements, using=DEFAULT):
 
 
 def commit_held(using=DEFAULT):
-    """Send the held writes, if any, followed by COMMIT, in one query string. The transaction has then ended
-    (Django's commit finds nothing to do: psycopg skips COMMIT once the server reports no transaction)."""
+    """Send the held writes, if any, followed by COMMIT, in one round trip (send_all). The transaction has then
+    ended (Django's commit finds nothing to do: psycopg skips COMMIT once the server reports no transaction)."""
     if _held.get():
-        _send_held(connections[using], "; COMMIT")
+        _send_held(connections[using], commit=True)
 
 
-def _send_held(connection, then):
+def _send_held(connection, commit=False):
     held = _held.get()
     statements = list(held)
-    held.clear()
-    sql = "; ".join(statement.sql for statement in statements) + then
-    params = [value for statement in statements for value in statement.params]
-    with cursor_of(connection) as cursor:  # nothing is held now: no recursion
-        cursor.execute(sql, params)
+    held.clear()  # before sending: nothing is held then, and send_all does not come back here
+    send_all(connection, [(s.sql, s.params) for s in statements] + ([("COMMIT", ())] if commit else []))
 
 
 IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
@@ -411,14 +463,14 @@ def lock_then_query(model, pks, reads, using=DEFAULT):
 
     The reads start once every lock is held, so they see what the holders of those locks committed: under READ
     COMMITTED a row read by the statement that waited for a lock comes from that statement's older snapshot.
-    On PostgreSQL all go in one query string, one round trip, each statement with its own snapshot.
+    On PostgreSQL all go in one round trip (send_all), each statement with its own snapshot.
     """
     return _locking_reads(model, pks, reads, None, using)[1:]
 
 
 def run_all_then_lock(statements, model, pks, reads, using=DEFAULT):
     """run_all(statements), then lock_then_query(model, pks, reads): ([the rows of each statement], [locked
-    instances], [the rows of each read]). On PostgreSQL all in one query string, one round trip: the locks are
+    instances], [the rows of each read]). On PostgreSQL all in one round trip (send_all): the locks are
     asked for once the statements' writes are done, and the reads start once the locks are held."""
     if connections[using].vendor != "postgresql":
         return (run_all(statements, using), *lock_then_query(model, pks, reads, using))
@@ -430,26 +482,18 @@ def _locking_reads(model, pks, reads, first, using):
     pks = sorted(set(pks))
     connection = connections[using]
     locking = _select_all(model, len(pks), True, _locks(connection, True))
-    found, before = [], None
-    with cursor_of(connection) as cursor:
-        if connection.vendor == "postgresql":
-            head = [_in_one(first)] if first else []
-            parts = [*head, (locking, pks), *reads]
-            cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
-            if first:
-                before = _by_statement(first, cursor.fetchall())
-                cursor.nextset()
-            locked = cursor.fetchall()
-            for _ in reads:
-                cursor.nextset()
-                found.append(cursor.fetchall())
-        else:
+    if connection.vendor != "postgresql":
+        with cursor_of(connection) as cursor:
             cursor.execute(locking, pks)
-            locked = cursor.fetchall()
+            locked, found = cursor.fetchall(), []
             for sql, params in reads:
                 cursor.execute(sql, params)
                 found.append(cursor.fetchall())
-    return before, instances(model, locked, using), found
+        return None, instances(model, locked, using), found
+    head = [_in_one(first)] if first else []
+    results = send_all(connection, [*head, (locking, pks), *reads])
+    before = _by_statement(first, results.pop(0)) if first else None
+    return before, instances(model, results[0], using), results[1:]
 
 
 @cache
@@ -695,17 +739,17 @@ HELD = "floor.held"  # transaction-local setting: the key lock_then_write's lock
 
 def lock_then_write(model, pk, condition, statements, using=DEFAULT):
     """Lock the row of `model` with this key, then make run_all's statements only if `condition`, a query (sql,
-    params), finds a row once the lock is held; PostgreSQL only, one query string, one round trip: ([the locked
-    instance] or [], whether the statements wrote).
+    params), finds a row once the lock is held; PostgreSQL only, one round trip: ([the locked instance] or [],
+    whether the statements wrote).
 
     For a write decided by what a lock protects. The condition and the writes are one statement (data-modifying
     CTEs), started once the lock is held, so they share a snapshot in which what the lock protects holds. They
     write only if the lock found the row: a row the lock could not see (inserted by a transaction that committed
     after the lock's statement began) is visible to the writes' later snapshot, but not locked, so what the
     condition read of it may change before the writes. The lock notes its key in a transaction-local setting
-    (HELD), which the writes ask for; a query string without a transaction runs as one implicit transaction.
-    The condition, and each statement, must end in the conditions of its WHERE clause, all ANDed (setting,
-    updating, scrubbing); the statements return nothing.
+    (HELD), which the writes ask for; the two go together (send_all), in one transaction. The condition, and each
+    statement, must end in the conditions of its WHERE clause, all ANDed (setting, updating, scrubbing); the
+    statements return nothing.
     """
     connection = connections[using]
     assert connection.vendor == "postgresql"
@@ -719,14 +763,9 @@ def lock_then_write(model, pk, condition, statements, using=DEFAULT):
         f"WITH provided AS MATERIALIZED ({sql} AND current_setting('{HELD}', true) = %s), {', '.join(steps)}"
         " SELECT count(*) FROM provided"
     )
-    with cursor_of(connection) as cursor:
-        cursor.execute(
-            f"{_marking_lock(model)}; {writes}",
-            [pk, *params, str(pk), *(v for statement in statements for v in statement.params)],
-        )
-        locked = [row[:-1] for row in cursor.fetchall()]  # without the setting's value
-        cursor.nextset()
-        ((written,),) = cursor.fetchall()
+    writes_params = [*params, str(pk), *(v for statement in statements for v in statement.params)]
+    locked, ((written,),) = send_all(connection, [(_marking_lock(model), [pk]), (writes, writes_params)])
+    locked = [row[:-1] for row in locked]  # without the setting's value
     return instances(model, locked, using), bool(written)
 
 
@@ -755,16 +794,15 @@ def placeholders(values):
 
 def write_then_fetch(statement, model, sql, params=(), using=DEFAULT):
     """Run a write (a Statement that returns no rows), then a statement that returns rows of the model (as
-    fetch_sql): on PostgreSQL both in one query string, one round trip."""
+    fetch_sql): on PostgreSQL both in one round trip (send_all)."""
     connection = connections[using]
-    with cursor_of(connection) as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"{statement.sql}; {sql}", [*statement.params, *params])
-            cursor.nextset()
-        else:
+    if connection.vendor == "postgresql":
+        _, found = send_all(connection, [(statement.sql, statement.params), (sql, params)])
+    else:
+        with cursor_of(connection) as cursor:
             cursor.execute(statement.sql, statement.params)
             cursor.execute(sql, params)
-        found = cursor.fetchall()
+            found = cursor.fetchall()
     return [_instance(model, row, connection, using) for row in found]
 
 

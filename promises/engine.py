@@ -101,7 +101,7 @@ def settlement(promises):
 
 
 def settle_at_once(promise_id, state, value, now):
-    """P-03 as one query string without a transaction (PostgreSQL), for a live promise with nothing registered on
+    """P-03 in one round trip without a transaction (PostgreSQL), for a live promise with nothing registered on
     it: [the promise as it stands once the string has run], [] when it does not exist, None elsewhere than on
     PostgreSQL.
 

@@ -102,11 +102,12 @@ def database_from_url(url):
             "keepalives_count": 3,
         }.items():
             options.setdefault(name, value)
-        # Client-side binding (Django's default) is relied on: a few hot statements are sent several to one
-        # query string, one round trip (rows.lock_then_query, rows.at_commit, the delivery record). The hot statements
-        # that go alone are bound server-side (floor.rows.cursor_of) and prepared once a connection has run one
-        # this many times: PostgreSQL then plans it once. DATABASE_PREPARE_THRESHOLD=off behind a pooler in
-        # transaction mode that does not keep prepared statements (PgBouncer before 1.21).
+        # Client-side binding (Django's default) is relied on where a statement shares a query string: a
+        # transaction's first statement carries its BEGIN (floor.rows.cursor_of), the delivery record its SET LOCAL.
+        # The hot statements are bound server-side, alone or several in a pipeline (floor.rows.send_all), and
+        # prepared once a connection has run one this many times: PostgreSQL then plans it once.
+        # DATABASE_PREPARE_THRESHOLD=off behind a pooler in transaction mode that does not keep prepared
+        # statements (PgBouncer before 1.21).
         options["server_side_binding"] = False
         options.setdefault("prepare_threshold", prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5")))
         # No per-request health check (a round trip each): floor.transactions reconnects and

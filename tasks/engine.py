@@ -60,15 +60,15 @@ def acquire(task, pid, ttl, now):
 
 
 def acquire_at_once(task_id, version, pid, ttl, now):
-    """T-03 as one query string without a transaction (PostgreSQL): the task acquired, with its promise attached,
+    """T-03 in one round trip without a transaction (PostgreSQL): the task acquired, with its promise attached,
     and its preload's promises; None when it was not acquired (not pending at `version`, its promise not live,
     absent) or elsewhere than on PostgreSQL: the caller then acquires in a transaction, which says why.
 
     The promise is locked first, as for every task write, by a MATERIALIZED CTE; the task is then written only
     if it is pending at that version and its promise live, conditions checked on the rows as they stand once the
     lock is held (a locked row, and a row updated meanwhile, are read again by READ COMMITTED). The promise and
-    the preload are read by statements of their own, after the write, while the lock is still held (one query
-    string in autocommit runs as one implicit transaction). The values are those of Task.to_acquired.
+    the preload are read by statements of their own, after the write, while the lock is still held (rows.send_all:
+    the three run as one transaction). The values are those of Task.to_acquired.
     """
     from django.db import connection
 
@@ -77,14 +77,15 @@ def acquire_at_once(task_id, version, pid, ttl, now):
     acquired = rows.new(Task, version=0)
     acquired.to_acquired(pid, ttl, now)  # the version goes up in SQL: a version of 2^63-1 is only ever stale
     leased = [rows.prepare(Task._meta.get_field(name), getattr(acquired, name), connection) for name in _LEASED]
-    params = [task_id, *leased, TaskState.PENDING, version, PromiseState.PENDING, now, task_id, task_id, task_id]
-    with rows.cursor_of(connection) as cursor:
-        cursor.execute(_acquiring(), params)
-        written = cursor.fetchall()
-        cursor.nextset()
-        promise = cursor.fetchall()
-        cursor.nextset()
-        branch = cursor.fetchall()
+    writing, reading_promise, reading_branch = _acquiring()
+    written, promise, branch = rows.send_all(
+        connection,
+        [
+            (writing, [task_id, *leased, TaskState.PENDING, version, PromiseState.PENDING, now]),
+            (reading_promise, [task_id]),
+            (reading_branch, [task_id, task_id]),
+        ],
+    )
     if not written:
         return None
     (task,), (task.promise,) = rows.instances(Task, written), rows.instances(Promise, promise)
@@ -96,7 +97,7 @@ _LEASED = ("state", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")  # wh
 
 @cache
 def _acquiring():
-    """acquire_at_once's query string."""
+    """acquire_at_once's statements: the write, the promise's read, the preload's read."""
     table, promises = rows.quote(Task._meta.db_table), rows.quote(Promise._meta.db_table)
     assignments = ", ".join(['"version" = t."version" + 1', *(f"{rows.quote(name)} = %s" for name in _LEASED)])
     branch = f'(SELECT "branch" FROM {promises} WHERE "id" = %s)'
@@ -105,9 +106,9 @@ def _acquiring():
         f" UPDATE {table} t SET {assignments}"
         f' FROM held WHERE t."id" = held."id" AND t."state" = %s AND t."version" = %s'
         f' AND held."state" = %s AND held."timeout_at" > %s'
-        f" RETURNING {', '.join(f't.{column}' for column in rows.columns(Task).split(', '))};"
-        f' SELECT {rows.columns(Promise)} FROM {promises} WHERE "id" = %s;'
-        f' SELECT {rows.columns(Promise)} FROM {promises} WHERE {_in_branch(branch)} ORDER BY "id"'
+        f" RETURNING {', '.join(f't.{column}' for column in rows.columns(Task).split(', '))}",
+        f'SELECT {rows.columns(Promise)} FROM {promises} WHERE "id" = %s',
+        f'SELECT {rows.columns(Promise)} FROM {promises} WHERE {_in_branch(branch)} ORDER BY "id"',
     )
 
 

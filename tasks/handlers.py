@@ -84,7 +84,7 @@ def _created_reply(created, now):
 
 
 def task_acquire_at_once(req, now):
-    """T-03 by one query string, without a transaction, when the task is acquired (task.acquire's first step);
+    """T-03 in one round trip, without a transaction, when the task is acquired (task.acquire's first step);
     None otherwise: task_acquire then runs, in a transaction, and says why not."""
     acquired = acquire_at_once(req["id"], req["version"], req["pid"], req["ttl"], now)
     if acquired is None:

@@ -1,12 +1,10 @@
 -- What task.create (a new promise, its task acquired by the caller) and then task.fulfill of the same id
 -- send: creation as one statement in autocommit (task.create's first step, floor.rows.insert_unless_exists),
--- then a transaction for the fulfilment (the promise lock, the task read and what is registered on the
--- promise as one query string, floor.rows.lock_then_query, then the settlement's writes with COMMIT,
--- floor.rows.at_commit). A pipeline
--- sends in one round trip what the server sends as one query string: each lock with its BEGIN, the lock
--- with its reads, the last writes with COMMIT. Prepared, as the server prepares its single statements (it
--- binds those it sends with COMMIT client-side). (chr(58) is the colon of resonate:target, which pgbench
--- would read as a variable.)
+-- then a transaction for the fulfilment in two pipelines, each ending in one Sync (floor.rows.send_all): BEGIN,
+-- the promise's lock, its task's read, what is registered on it and its awaiters locked with their tasks read
+-- (TaskQuerySet.locked_all, floor.rows.lock_then_query); then the settlement's writes with COMMIT
+-- (floor.rows.at_commit). Prepared (-M prepared), as the server prepares its statements. (chr(58) is the colon of
+-- resonate:target, which pgbench would read as a variable.)
 \set n random(1, 1000000000000)
 WITH head AS (INSERT INTO "promises_promise" ("id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch")
     VALUES (('pt-' || :client_id::text || '-' || :n::text)::text, 'pending'::varchar(17), '{}'::jsonb, '{}'::jsonb, ('{"resonate' || chr(58) || 'target": "poll://any@bench"}')::jsonb, 4102444800000::bigint, 1764590000000::bigint, NULL::bigint, true::boolean, false::boolean, NULL::text)
@@ -20,6 +18,8 @@ BEGIN;
 SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" DESC FOR UPDATE ;
 SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task" WHERE "id" IN ('pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" ASC;
 SELECT NULL WHERE EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = 'pt-' || :client_id::text || '-' || :n::text) UNION ALL SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = 'pt-' || :client_id::text || '-' || :n::text;
+SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" IN (SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = 'pt-' || :client_id::text || '-' || :n::text AND "awaiter_id" <> 'pt-' || :client_id::text || '-' || :n::text) ORDER BY "id" DESC FOR UPDATE;
+SELECT "id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at" FROM "tasks_task" WHERE "id" IN (SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = 'pt-' || :client_id::text || '-' || :n::text AND "awaiter_id" <> 'pt-' || :client_id::text || '-' || :n::text);
 \endpipeline
 \startpipeline
 UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4, "timeout_armed" = v.column5 FROM (VALUES (CAST('pt-' || :client_id::text || '-' || :n::text AS text), CAST('resolved' AS varchar(17)), CAST('{"data": "NDI="}'::jsonb AS jsonb), CAST(1764590000000 AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1;
