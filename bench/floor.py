@@ -3,8 +3,8 @@
     .venv/bin/python bench/floor.py --port 18033 --processes 16 --database postgres://…/resonate_bench
 
 A server of the least work a Python front can do for each scenario of `run.py`, sending the same SQL as the
-server (`bench/pgbench/*.sql`, with parameters where pgbench has variables, bound server-side and sent alone or
-in pipelines, as the server sends them):
+server (`bench/pgbench/*.sql`, with parameters where pgbench has variables), as the server sends them: a single
+statement bound server-side and prepared, several in one query string as EXECUTEs of statements prepared once:
 
 - one process per connection, each blocking on its socket and its database connection, as pgbench runs one
   backend per client: no event loop, no threads, no hand-off;
@@ -20,6 +20,7 @@ the same run is one no Python server reaches on this machine.
 
 import argparse
 import os
+import re
 import socket
 import time
 
@@ -117,15 +118,41 @@ def promise(row):
 class Handlers:
     def __init__(self, database):
         self.db = psycopg.connect(database, autocommit=True, prepare_threshold=0)
-        self.cursors = [psycopg.Cursor(self.db) for _ in FULFILL_LOCK]  # bound server-side, prepared at once
-        self.one = self.cursors[0]
+        self.one = psycopg.Cursor(self.db)  # bound server-side, prepared at once: the server's single statements
+        self.several = psycopg.ClientCursor(self.db)  # its strings of several
+        self.prepared = {}  # SQL: (its EXECUTE, its PREPARE not yet sent)
 
     def together(self, statements, params):
-        """Statements in one pipeline, one Sync, as the server sends them (floor.rows.send_all): the cursors."""
-        with self.db.pipeline():
-            for cursor, sql in zip(self.cursors, statements, strict=False):
-                cursor.execute(sql, params)
-        return self.cursors
+        """Statements in one query string, as the server sends them (floor.rows.send_all) once it has prepared
+        them: each with parameters an EXECUTE of a statement prepared once (PREPARE in front of the first string
+        that needs it), the others as they are. The rows of each (None for one that returns none)."""
+        ahead, sent = [], []
+        for sql in statements:
+            if "%(" not in sql:
+                sent.append(sql)
+                continue
+            if sql not in self.prepared:
+                names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql)))
+                name = f"f{len(self.prepared)}"
+                numbered = sql
+                for number, named in enumerate(names, 1):
+                    numbered = numbered.replace(f"%({named})s", f"${number}")
+                execute = f"EXECUTE {name}({', '.join(f'%({n})s' for n in names)})"
+                self.prepared[sql] = (execute, f"PREPARE {name} AS {numbered}")
+            execute, prepare = self.prepared[sql]
+            if prepare:
+                ahead.append(prepare)
+                self.prepared[sql] = (execute, None)
+            sent.append(execute)
+        cursor = self.several
+        cursor.execute("; ".join(ahead + sent), params)
+        for _ in ahead:
+            cursor.nextset()
+        results = []
+        for _ in sent:
+            results.append(cursor.fetchall() if cursor.description else None)
+            cursor.nextset()
+        return results
 
     def answer(self, kind, data):
         return getattr(self, kind.replace(".", "_"))(data)
@@ -159,8 +186,8 @@ class Handlers:
     def promise_settle(self, data):
         now = now_ms()
         value = orjson.dumps(data["value"]).decode()
-        locking = self.together(SETTLE, {"id": data["id"], "now": now, "state": data["state"], "value": value})
-        row = locking[0].fetchone()
+        locked, _ = self.together(SETTLE, {"id": data["id"], "now": now, "state": data["state"], "value": value})
+        row = locked[0]
         return {"promise": {**promise(row), "state": data["state"], "value": data["value"], "settledAt": now}}
 
     def task_create(self, data):
@@ -176,7 +203,7 @@ class Handlers:
         now, settled = now_ms(), data["action"]["data"]
         value = orjson.dumps(settled["value"]).decode()
         params = {"id": data["id"], "now": now, "state": settled["state"], "value": value}
-        row = self.together(FULFILL_LOCK, params)[1].fetchone()
+        row = self.together(FULFILL_LOCK, params)[1][0]
         self.together(FULFILL_WRITES, params)
         return {"promise": {**promise(row), "state": settled["state"], "value": settled["value"], "settledAt": now}}
 

@@ -8,13 +8,15 @@ callers keep working with models. Values become parameters as each field's own g
 """
 
 import contextvars
+import hashlib
 import json
 import operator
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 import orjson
@@ -25,87 +27,222 @@ from django.db.models.signals import post_init, pre_init
 DEFAULT = "default"
 
 
-_kept = threading.local()  # per thread: {database alias: (psycopg connection, its cursors for hot statements)}
+_kept = threading.local()  # per thread: {database alias: _Kept}
 
 
 @contextmanager
 def cursor_of(connection, single=False):
-    """A cursor for one hot statement: on PostgreSQL a psycopg cursor kept per thread and connection, with
-    Django's error mapping around it; Django's own cursor otherwise, and whenever someone watches the
+    """A cursor for hot statements: on PostgreSQL a psycopg ClientCursor kept per thread and connection (_Hot),
+    with Django's error mapping around it; Django's own cursor otherwise, and whenever someone watches the
     queries (DEBUG, CaptureQueriesContext, execute_wrapper).
 
-    `single`: the SQL is one statement. It is then sent with its parameters apart (server-side binding), so
-    that PostgreSQL can keep its plan: a statement the connection has run PREPARE_THRESHOLD times is prepared
-    (resonate_site/settings.py). Planning was most of a read's cost in the database: the fence's read planned
-    in 0.13-0.17 ms and ran in 0.05. The statement that opens a transaction carries its BEGIN in one string,
-    bound client-side (_Opening); several statements meant to go at once go by send_all.
+    `single`: the SQL is one statement. Once the connection has sent it DATABASE_PREPARE_THRESHOLD times, it is
+    prepared (_Prepared), and sent from then on as an EXECUTE of that statement: PostgreSQL plans it once.
+    Planning was most of a read's cost in the database: the fence's read planned in 0.13-0.17 ms and ran in
+    0.05. Several statements meant to go at once go by send_all, prepared the same way.
 
     Django's cursor wrapper costs about 40 µs of CPU per statement here (a new cursor each time, its
     wrappers). Errors still arrive as django.db errors, which floor.transactions reads to retry a lost race
-    or a lost connection. A thread keeps the cursors of its current connection only: when Django replaces
-    the connection (its age, a failure), the next statement opens cursors on the new one.
+    or a lost connection. A thread keeps the cursor of its current connection only: when Django replaces
+    the connection (its age, a failure), the next statement opens a cursor on the new one.
     """
     if not _keeps_cursors(connection):
         with connection.cursor() as cursor:
             yield cursor
         return
-    raw, several, bound = _kept_cursors(connection)
+    kept = _kept_on(connection)
     with connection.wrap_database_errors:
-        if opens_transaction(raw):
-            yield _Opening(several, raw)
-        else:
-            yield _Single(bound[0], several) if single else several
+        yield _Hot(kept, prepared=single)
 
 
 def send_all(connection, parts):
-    """Send several statements, (sql, params) each, in one round trip: [the rows of each, or None for one that
-    returns none]. Outside a transaction they run as one (implicit) transaction.
+    """Send several statements, (sql, params) each, in one query string, one round trip: [the rows of each, or
+    None for one that returns none]. Outside a transaction they run as one (implicit) transaction.
 
-    As a pipeline (_pipelined) where cursors are kept and no statement has more than BOUND_MAX parameters; as one
-    query string bound client-side otherwise (the queries are watched, or a statement is that large).
+    A string of several statements cannot be prepared as a whole, and bound client-side PostgreSQL parses and
+    plans each of them at every call. Each statement with parameters is prepared on its own instead, as
+    cursor_of prepares a single one, and sent as an EXECUTE. A promise.settle cost PostgreSQL 570-607 µs of CPU
+    as a plain string and 187-210 µs this way, and the client's psycopg 85-97 µs against 100-113 µs (a pipeline
+    of statements bound server-side: 210-240 µs and 149-155 µs; bench/README.md, 2026-12-03, fourth session).
     """
-    if _keeps_cursors(connection) and all(len(params) <= BOUND_MAX for _, params in parts):
-        return _pipelined(connection, parts)
-    with cursor_of(connection) as cursor:
-        cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
-        results = []
-        while True:
-            results.append(cursor.fetchall() if cursor.description else None)
-            if not cursor.nextset():
-                return results
-
-
-def _pipelined(connection, parts):
-    """send_all as a pipeline of the statements, each bound server-side, and so prepared once the connection has
-    run it PREPARE_THRESHOLD times, ended by one Sync. The BEGIN of a transaction Django has begun and no
-    statement has opened goes in front (psycopg would send its own with a Sync of its own, a round trip more).
-
-    A query string of several statements is bound client-side, so PostgreSQL parses and plans all of it at every
-    call: a promise.settle cost PostgreSQL 0.53-0.69 ms of CPU as one string, 0.30-0.33 ms as a pipeline
-    (bench/README.md, 2026-12-03, fourth session). An error of any statement is raised once all are sent, and
-    the transaction rolls back.
-    """
-    raw, _, bound = _kept_cursors(connection)
-    opening = opens_transaction(raw)
-    if opening:
-        raw.autocommit = True  # as _Opening does; Django's commit or rollback ends the transaction as any other
-        parts = [("BEGIN", ()), *parts]
-    if len(bound) < len(parts):
-        from psycopg import Cursor
-
-        bound.extend(Cursor(raw) for _ in range(len(parts) - len(bound)))
+    if not _keeps_cursors(connection):
+        with connection.cursor() as cursor:
+            cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
+            return _results(cursor, len(parts))
+    kept = _kept_on(connection)
     with connection.wrap_database_errors:
-        with raw.pipeline():
-            for cursor, (sql, params) in zip(bound, parts, strict=False):
-                cursor.execute(sql, params)
-        results = [cursor.fetchall() if cursor.description else None for cursor in bound[: len(parts)]]
-    return results[1:] if opening else results
+        hot = _Hot(kept, prepared=True)
+        hot.execute_all(parts)
+        return _results(hot, len(parts))
 
 
-def _kept_cursors(connection):
-    """(the psycopg connection, its ClientCursor, [its cursors binding server-side]), kept per thread and
-    connection, once the statements held for the commit have gone. A pipeline takes as many of the latter as it
-    sends statements (_pipelined); a statement alone takes the first."""
+def _results(cursor, count):
+    """The rows of each of the `count` statements a cursor has run (None for one that returns none)."""
+    found = []
+    for n in range(count):
+        if n:
+            cursor.nextset()
+        found.append(cursor.fetchall() if cursor.description else None)
+    return found
+
+
+class _Hot:
+    """The kept ClientCursor, sending hot statements: what opens a transaction carries its BEGIN, and, if
+    `prepared`, each statement with parameters the connection has sent often is an EXECUTE of a statement it
+    has prepared (_Prepared). The results are the statements' own, those of what went in front skipped.
+
+    psycopg would send BEGIN as a round trip of its own before the statement. Here the connection is put in
+    autocommit first (allowed while no transaction is open), so psycopg sends nothing of its own, and the
+    statement opens the transaction itself. Django's commit() or rollback() ends it as any other: psycopg sends
+    COMMIT or ROLLBACK whenever a transaction is open, and Django turns autocommit back on when atomic() ends.
+    """
+
+    __slots__ = ("kept", "prepared")
+
+    def __init__(self, kept, prepared):
+        self.kept, self.prepared = kept, prepared
+
+    def execute(self, sql, params=()):
+        self.execute_all([(sql, params)])
+
+    def execute_all(self, parts):
+        kept, ahead, new, evicted = self.kept, [], [], []
+        prepared = kept.prepared if self.prepared and kept.prepared.threshold is not None else None
+        if prepared is not None:
+            if prepared.unsure:
+                prepared.ask(_Hot(kept, prepared=False))
+            ahead, parts, new, evicted = prepared.plan(parts)
+        if opens_transaction(kept.raw):
+            kept.raw.autocommit = True
+            ahead.insert(0, "BEGIN")
+        try:
+            kept.several.execute("; ".join([*ahead, *(sql for sql, _ in parts)]), [v for _, p in parts for v in p])
+        except Exception as error:
+            if prepared is not None:
+                prepared.failed(error, new, evicted)
+            raise
+        if prepared is not None:
+            prepared.names.update(dict.fromkeys(new))
+        for _ in ahead:
+            kept.several.nextset()
+
+    def __getattr__(self, name):
+        return getattr(self.kept.several, name)
+
+
+class _Prepared:
+    """The statements one connection has prepared, by name (least recently sent first), and how often it has
+    sent the others. psycopg prepares nothing itself (resonate_site/settings.py): it deallocates every prepared
+    statement of the session at each rollback, and these would go with its own.
+
+    PREPARE is not transactional: a statement prepared in a transaction that rolls back stays prepared. A string
+    that fails may or may not have run its PREPAREs, so their names are asked of pg_prepared_statements before
+    the connection sends another (ask). A statement found not prepared (someone ran DISCARD ALL) forgets them all;
+    floor.transactions retries the operation, which prepares them again."""
+
+    MAX = 256  # statements kept prepared per connection; the least recently sent is deallocated beyond
+
+    __slots__ = ("threshold", "names", "sent", "unsure")
+
+    def __init__(self, threshold):
+        self.threshold, self.names, self.sent, self.unsure = threshold, OrderedDict(), {}, set()
+
+    def plan(self, parts):
+        """(what goes in front: DEALLOCATEs and PREPAREs, the parts as sent, the names prepared in front, the names
+        deallocated in front)."""
+        ahead, sent, new = [], [], []
+        for sql, params in parts:
+            if not params or len(params) > BOUND_MAX:
+                sent.append((sql, params))
+                continue
+            name, numbered, execute = _executable(sql)
+            if name in self.names:
+                self.names.move_to_end(name)
+            elif self._often(name):
+                ahead.append(f"PREPARE {name} ({', '.join(map(_type_of, params))}) AS {numbered}")
+                new.append(name)
+            else:
+                sent.append((sql, params))
+                continue
+            sent.append((execute, params))
+        evicted = []
+        while len(self.names) + len(new) > self.MAX and self.names:
+            evicted.append(self.names.popitem(last=False)[0])
+        return [*(f"DEALLOCATE {name}" for name in evicted), *ahead], sent, new, evicted
+
+    def failed(self, error, new, evicted):
+        if getattr(error, "sqlstate", None) == INVALID_STATEMENT_NAME:
+            self.names.clear()
+            self.unsure.clear()
+        else:
+            self.unsure.update(new + evicted)
+
+    def ask(self, cursor):
+        unsure = sorted(self.unsure)
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", [unsure])
+        self.names.update(dict.fromkeys(name for (name,) in cursor.fetchall()))
+        self.unsure.clear()
+
+    def _often(self, name):
+        count = self.sent[name] = self.sent.get(name, 0) + 1
+        if len(self.sent) > 10 * self.MAX:  # statements of many shapes (IN lists of every length): start again
+            self.sent.clear()
+        return count > self.threshold
+
+
+INVALID_STATEMENT_NAME = "26000"  # PostgreSQL's invalid_sql_statement_name: no prepared statement of that name
+
+
+def _type_of(value):
+    """The type a parameter is prepared with: as psycopg would bind it for the types where PostgreSQL cannot always
+    tell from the statement (an int in `%s - %s`), else inferred from the statement (unknown)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    return "jsonb" if isinstance(value, _jsonb_class()) else "unknown"
+
+
+@cache
+def _jsonb_class():
+    from psycopg.types.json import Jsonb
+
+    return Jsonb
+
+
+@lru_cache(maxsize=4096)
+def _executable(sql):
+    """(a name for this statement, its text with numbered parameters, its EXECUTE with a placeholder per
+    parameter). Named by a digest of its text, in a namespace of its own (r_…)."""
+    count = 0
+
+    def number(match):
+        nonlocal count
+        if match.group(0) == "%%":
+            return "%%"
+        count += 1
+        return f"${count}"
+
+    numbered = re.sub(r"%%|%s", number, sql)
+    name = "r_" + hashlib.blake2b(sql.encode(), digest_size=10).hexdigest()
+    return name, numbered, f"EXECUTE {name}({', '.join(['%s'] * count)})"
+
+
+class _Kept:
+    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class),
+    and the statements it has prepared."""
+
+    __slots__ = ("raw", "several", "prepared")
+
+    def __init__(self, raw):
+        from django.conf import settings
+
+        self.raw, self.several = raw, raw.cursor()
+        self.prepared = _Prepared(settings.DATABASE_PREPARE_THRESHOLD)
+
+
+def _kept_on(connection):
+    """What this thread keeps for the connection, once the statements held for the commit have gone."""
     raw = connection.connection
     if raw is None:  # ensure_connection() itself costs a check for a running event loop and an environment read
         connection.ensure_connection()
@@ -114,13 +251,8 @@ def _kept_cursors(connection):
         _send_held(connection)
     kept = _kept.__dict__.setdefault("cursors", {})
     found = kept.get(connection.alias)
-    if found is not None:
-        held, several, bound = found
-        if held is raw and not (several.closed or bound[0].closed):
-            return found
-    from psycopg import Cursor
-
-    found = kept[connection.alias] = (raw, raw.cursor(), [Cursor(raw)])  # raw.cursor(): Django's ClientCursor
+    if found is None or found.raw is not raw or found.several.closed:
+        found = kept[connection.alias] = _Kept(raw)
     return found
 
 
@@ -171,49 +303,13 @@ def _send_held(connection, commit=False):
 
 
 IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
-BOUND_MAX = 65535  # parameters the extended protocol carries with one statement
-
-
-class _Single:
-    """The kept cursors for one statement: bound server-side, unless it has more parameters than the protocol
-    carries (a heartbeat naming 70,000 tasks); then bound client-side, as a literal query."""
-
-    def __init__(self, one, several):
-        self.one, self.several, self.chosen = one, several, one
-
-    def execute(self, sql, params=()):
-        self.chosen = self.one if len(params) <= BOUND_MAX else self.several
-        self.chosen.execute(sql, params)
-
-    def __getattr__(self, name):
-        return getattr(self.chosen, name)
+BOUND_MAX = 65535  # parameters a prepared statement takes
 
 
 def opens_transaction(raw):
     """Whether the next statement on this psycopg connection starts the transaction Django has begun (atomic() has
     turned autocommit off, and no statement has run since), at the default isolation level."""
     return not raw.autocommit and raw.pgconn.transaction_status == IDLE and raw.isolation_level is None
-
-
-class _Opening:
-    """A kept cursor whose next statement opens the transaction: its BEGIN goes in front of it, in one query string.
-
-    psycopg would send BEGIN as a round trip of its own before the statement. Here the connection is put in
-    autocommit first (allowed while no transaction is open), so psycopg sends nothing of its own, and the
-    statement opens the transaction itself. Django's commit() or rollback() ends it as any other: psycopg sends
-    COMMIT or ROLLBACK whenever a transaction is open, and Django turns autocommit back on when atomic() ends.
-    """
-
-    def __init__(self, cursor, raw):
-        self.cursor, self.raw = cursor, raw
-
-    def execute(self, sql, params=()):
-        self.raw.autocommit = True
-        self.cursor.execute(f"BEGIN; {sql}", params)
-        self.cursor.nextset()  # past BEGIN's result, to the statement's
-
-    def __getattr__(self, name):
-        return getattr(self.cursor, name)
 
 
 def prepare(field, value, connection):

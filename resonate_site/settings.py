@@ -102,14 +102,12 @@ def database_from_url(url):
             "keepalives_count": 3,
         }.items():
             options.setdefault(name, value)
-        # Client-side binding (Django's default) is relied on where a statement shares a query string: a
-        # transaction's first statement carries its BEGIN (floor.rows.cursor_of), the delivery record its SET LOCAL.
-        # The hot statements are bound server-side, alone or several in a pipeline (floor.rows.send_all), and
-        # prepared once a connection has run one this many times: PostgreSQL then plans it once.
-        # DATABASE_PREPARE_THRESHOLD=off behind a pooler in transaction mode that does not keep prepared
-        # statements (PgBouncer before 1.21).
+        # Client-side binding (Django's default) is relied on: hot statements share query strings (a transaction's
+        # first statement carries its BEGIN, statements sent together go at once), and floor.rows prepares them
+        # itself (PREPARE, then EXECUTE by name; DATABASE_PREPARE_THRESHOLD below). psycopg prepares nothing: it
+        # deallocates every prepared statement of its session at each rollback.
         options["server_side_binding"] = False
-        options.setdefault("prepare_threshold", prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5")))
+        options["prepare_threshold"] = None
         # No per-request health check (a round trip each): floor.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db
@@ -117,6 +115,9 @@ def database_from_url(url):
 
 DEFAULT_SQLITE = BASE_DIR / "var" / "resonate.sqlite3"
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE}"))}
+# PostgreSQL: a hot statement a connection has sent this many times is prepared, and planned once (floor.rows); off
+# behind a pooler in transaction mode, which does not keep a session's prepared statements.
+DATABASE_PREPARE_THRESHOLD = prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5"))
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

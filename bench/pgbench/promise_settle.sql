@@ -1,10 +1,11 @@
 -- What a promise.settle of a promise with nothing registered on it sends (promises.handlers.promise_settle_at_once,
--- promises.engine.settle_at_once): two statements in one pipeline ending in one Sync (floor.rows.send_all), which
--- PostgreSQL runs as one transaction: the promise locked and read, its key noted as held; then the settlement's
+-- promises.engine.settle_at_once): two statements in one query string, one implicit transaction, each an EXECUTE
+-- of a statement the connection prepared once (floor.rows.send_all); pgbench sends them as a pipeline of prepared
+-- statements, one round trip, planned once. The promise locked and read, its key noted as held; then the settlement's
 -- writes, made only if the lock found the promise and it is live with nothing registered on it
 -- (floor.rows.lock_then_write, promises.models.live_and_unregistered). The ids are drawn from pending promises
 -- bench/run.py prefills and sets pending again before each run (a draw that repeats within a run finds its promise
--- settled and writes nothing, as a server settle would). Prepared (-M prepared), as the server prepares them.
+-- settled and writes nothing, as a server settle would).
 \set n random(1, :settle_prefill)
 \startpipeline
 SELECT held.*, set_config('floor.held', held."id"::text, true) FROM (SELECT "id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer", "branch" FROM "promises_promise" WHERE "id" IN ('pg-' || :n) ORDER BY "id" DESC FOR UPDATE) AS held;

@@ -1,6 +1,7 @@
 -- What task.create (a new promise, its task acquired by the caller) and then task.fulfill of the same id
 -- send: creation as one statement in autocommit (task.create's first step, floor.rows.insert_unless_exists),
--- then a transaction for the fulfilment in two pipelines, each ending in one Sync (floor.rows.send_all): BEGIN,
+-- then a transaction for the fulfilment in two query strings of statements the connection prepared once, each
+-- sent as an EXECUTE (floor.rows.send_all; here two pipelines of prepared statements, one round trip each): BEGIN,
 -- the promise's lock, its task's read, what is registered on it and its awaiters locked with their tasks read
 -- (TaskQuerySet.locked_all, floor.rows.lock_then_query); then the settlement's writes with COMMIT
 -- (floor.rows.at_commit). Prepared (-M prepared), as the server prepares its statements. (chr(58) is the colon of
