@@ -32,19 +32,21 @@ _kept = threading.local()  # per thread: {database alias: _Kept}
 
 @contextmanager
 def cursor_of(connection, single=False):
-    """A cursor for hot statements: on PostgreSQL a psycopg ClientCursor kept per thread and connection (_Hot),
-    with Django's error mapping around it; Django's own cursor otherwise, and whenever someone watches the
+    """A cursor for one hot statement: on PostgreSQL a psycopg cursor kept per thread and connection, with
+    Django's error mapping around it; Django's own cursor otherwise, and whenever someone watches the
     queries (DEBUG, CaptureQueriesContext, execute_wrapper).
 
-    `single`: the SQL is one statement. Once the connection has sent it DATABASE_PREPARE_THRESHOLD times, it is
-    prepared (_Prepared), and sent from then on as an EXECUTE of that statement: PostgreSQL plans it once.
-    Planning was most of a read's cost in the database: the fence's read planned in 0.13-0.17 ms and ran in
-    0.05. Several statements meant to go at once go by send_all, prepared the same way.
+    `single`: the SQL is one statement. It is then sent with its parameters apart (server-side binding), so
+    that PostgreSQL can keep its plan: a statement the connection has run PREPARE_THRESHOLD times is prepared
+    (resonate_site/settings.py). Planning was most of a read's cost in the database: the fence's read planned
+    in 0.13-0.17 ms and ran in 0.05. Several statements in one string (and the statement that opens a
+    transaction, which carries its BEGIN) go with client-side binding, which can send them together; send_all
+    prepares those too.
 
     Django's cursor wrapper costs about 40 µs of CPU per statement here (a new cursor each time, its
     wrappers). Errors still arrive as django.db errors, which floor.transactions reads to retry a lost race
-    or a lost connection. A thread keeps the cursor of its current connection only: when Django replaces
-    the connection (its age, a failure), the next statement opens a cursor on the new one.
+    or a lost connection. A thread keeps the cursors of its current connection only: when Django replaces
+    the connection (its age, a failure), the next statement opens cursors on the new one.
     """
     if not _keeps_cursors(connection):
         with connection.cursor() as cursor:
@@ -52,28 +54,54 @@ def cursor_of(connection, single=False):
         return
     kept = _kept_on(connection)
     with connection.wrap_database_errors:
-        yield _Hot(kept, prepared=single)
+        if opens_transaction(kept.raw):
+            yield _Opening(kept.several, kept.raw)
+        else:
+            yield _Single(kept.one, kept.several) if single else kept.several
 
 
 def send_all(connection, parts):
     """Send several statements, (sql, params) each, in one query string, one round trip: [the rows of each, or
     None for one that returns none]. Outside a transaction they run as one (implicit) transaction.
 
-    A string of several statements cannot be prepared as a whole, and bound client-side PostgreSQL parses and
-    plans each of them at every call. Each statement with parameters is prepared on its own instead, as
-    cursor_of prepares a single one, and sent as an EXECUTE. A promise.settle cost PostgreSQL 570-607 µs of CPU
-    as a plain string and 187-210 µs this way, and the client's psycopg 85-97 µs against 100-113 µs (a pipeline
-    of statements bound server-side: 210-240 µs and 149-155 µs; bench/README.md, 2026-12-03, fourth session).
+    A string of several statements is bound client-side, and PostgreSQL would parse and plan each of them at
+    every call. Where cursors are kept, each statement with parameters the connection has sent
+    PREPARE_THRESHOLD times is prepared instead, under a name of its own (PREPARE, in front of the string that
+    first needs it), and sent as an EXECUTE of that name (_Prepared). A promise.settle cost PostgreSQL 570-607 µs
+    of CPU as a plain string and 187-210 µs this way, and the client's psycopg 85-97 µs against 100-113 µs (a
+    pipeline of statements bound server-side: 210-240 µs and 149-155 µs; bench/README.md, 2026-12-03, fourth
+    session).
     """
     if not _keeps_cursors(connection):
         with connection.cursor() as cursor:
             cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
             return _results(cursor, len(parts))
-    kept = _kept_on(connection)
-    with connection.wrap_database_errors:
-        hot = _Hot(kept, prepared=True)
-        hot.execute_all(parts)
-        return _results(hot, len(parts))
+    prepared = _kept_on(connection).prepared
+    ahead, new, evicted = [], [], []
+    if prepared.threshold is not None:
+        if prepared.unsure:
+            prepared.ask(connection)
+        ahead, parts, new, evicted = prepared.plan(parts)
+    with cursor_of(connection) as cursor:
+        try:
+            cursor.execute("; ".join([*ahead, *(sql for sql, _ in parts)]), [v for _, p in parts for v in p])
+        except Exception as error:  # psycopg's, within cursor_of's mapping to Django's
+            prepared.failed(error, new, evicted)
+            raise
+        prepared.names.update(dict.fromkeys(new))
+        for _ in ahead:
+            cursor.nextset()
+        return _results(cursor, len(parts))
+
+
+def rolled_back(using=DEFAULT):
+    """The connection's transaction (or a savepoint) has rolled back (floor/postgresql/base.py). psycopg then
+    deallocates every statement of the session if it had prepared any of its own, so send_all asks PostgreSQL
+    which of its own are still there before it sends another."""
+    kept = _kept.__dict__.get("cursors", {}).get(using)
+    if kept is not None:
+        kept.prepared.unsure.update(kept.prepared.names)
+        kept.prepared.names.clear()
 
 
 def _results(cursor, count):
@@ -86,59 +114,16 @@ def _results(cursor, count):
     return found
 
 
-class _Hot:
-    """The kept ClientCursor, sending hot statements: what opens a transaction carries its BEGIN, and, if
-    `prepared`, each statement with parameters the connection has sent often is an EXECUTE of a statement it
-    has prepared (_Prepared). The results are the statements' own, those of what went in front skipped.
-
-    psycopg would send BEGIN as a round trip of its own before the statement. Here the connection is put in
-    autocommit first (allowed while no transaction is open), so psycopg sends nothing of its own, and the
-    statement opens the transaction itself. Django's commit() or rollback() ends it as any other: psycopg sends
-    COMMIT or ROLLBACK whenever a transaction is open, and Django turns autocommit back on when atomic() ends.
-    """
-
-    __slots__ = ("kept", "prepared")
-
-    def __init__(self, kept, prepared):
-        self.kept, self.prepared = kept, prepared
-
-    def execute(self, sql, params=()):
-        self.execute_all([(sql, params)])
-
-    def execute_all(self, parts):
-        kept, ahead, new, evicted = self.kept, [], [], []
-        prepared = kept.prepared if self.prepared and kept.prepared.threshold is not None else None
-        if prepared is not None:
-            if prepared.unsure:
-                prepared.ask(_Hot(kept, prepared=False))
-            ahead, parts, new, evicted = prepared.plan(parts)
-        if opens_transaction(kept.raw):
-            kept.raw.autocommit = True
-            ahead.insert(0, "BEGIN")
-        try:
-            kept.several.execute("; ".join([*ahead, *(sql for sql, _ in parts)]), [v for _, p in parts for v in p])
-        except Exception as error:
-            if prepared is not None:
-                prepared.failed(error, new, evicted)
-            raise
-        if prepared is not None:
-            prepared.names.update(dict.fromkeys(new))
-        for _ in ahead:
-            kept.several.nextset()
-
-    def __getattr__(self, name):
-        return getattr(self.kept.several, name)
-
-
 class _Prepared:
-    """The statements one connection has prepared, by name (least recently sent first), and how often it has
-    sent the others. psycopg prepares nothing itself (resonate_site/settings.py): it deallocates every prepared
-    statement of the session at each rollback, and these would go with its own.
+    """The statements one connection has prepared for send_all, by name (least recently sent first), and how
+    often it has sent the others.
 
     PREPARE is not transactional: a statement prepared in a transaction that rolls back stays prepared. A string
-    that fails may or may not have run its PREPAREs, so their names are asked of pg_prepared_statements before
-    the connection sends another (ask). A statement found not prepared (someone ran DISCARD ALL) forgets them all;
-    floor.transactions retries the operation, which prepares them again."""
+    that fails may or may not have run its PREPAREs, and psycopg deallocates every prepared statement of the
+    session when it rolls a transaction back having prepared statements of its own (rolled_back): the names in
+    doubt are asked of pg_prepared_statements before the connection sends another string (ask). A statement
+    found not prepared (someone ran DISCARD ALL) forgets them all; floor.transactions retries the operation,
+    which prepares them again."""
 
     MAX = 256  # statements kept prepared per connection; the least recently sent is deallocated beyond
 
@@ -177,10 +162,10 @@ class _Prepared:
         else:
             self.unsure.update(new + evicted)
 
-    def ask(self, cursor):
-        unsure = sorted(self.unsure)
-        cursor.execute("SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", [unsure])
-        self.names.update(dict.fromkeys(name for (name,) in cursor.fetchall()))
+    def ask(self, connection):
+        with cursor_of(connection) as cursor:
+            cursor.execute("SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", [sorted(self.unsure)])
+            self.names.update(dict.fromkeys(name for (name,) in cursor.fetchall()))
         self.unsure.clear()
 
     def _often(self, name):
@@ -229,16 +214,16 @@ def _executable(sql):
 
 
 class _Kept:
-    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class),
-    and the statements it has prepared."""
+    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class), a
+    cursor binding server-side, and the statements send_all has prepared on it."""
 
-    __slots__ = ("raw", "several", "prepared")
+    __slots__ = ("raw", "several", "one", "prepared")
 
     def __init__(self, raw):
-        from django.conf import settings
+        from psycopg import Cursor
 
-        self.raw, self.several = raw, raw.cursor()
-        self.prepared = _Prepared(settings.DATABASE_PREPARE_THRESHOLD)
+        self.raw, self.several, self.one = raw, raw.cursor(), Cursor(raw)
+        self.prepared = _Prepared(raw.prepare_threshold)
 
 
 def _kept_on(connection):
@@ -251,7 +236,7 @@ def _kept_on(connection):
         _send_held(connection)
     kept = _kept.__dict__.setdefault("cursors", {})
     found = kept.get(connection.alias)
-    if found is None or found.raw is not raw or found.several.closed:
+    if found is None or found.raw is not raw or found.several.closed or found.one.closed:
         found = kept[connection.alias] = _Kept(raw)
     return found
 
@@ -303,13 +288,49 @@ def _send_held(connection, commit=False):
 
 
 IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
-BOUND_MAX = 65535  # parameters a prepared statement takes
+BOUND_MAX = 65535  # parameters the extended protocol carries with one statement
+
+
+class _Single:
+    """The kept cursors for one statement: bound server-side, unless it has more parameters than the protocol
+    carries (a heartbeat naming 70,000 tasks); then bound client-side, as a literal query."""
+
+    def __init__(self, one, several):
+        self.one, self.several, self.chosen = one, several, one
+
+    def execute(self, sql, params=()):
+        self.chosen = self.one if len(params) <= BOUND_MAX else self.several
+        self.chosen.execute(sql, params)
+
+    def __getattr__(self, name):
+        return getattr(self.chosen, name)
 
 
 def opens_transaction(raw):
     """Whether the next statement on this psycopg connection starts the transaction Django has begun (atomic() has
     turned autocommit off, and no statement has run since), at the default isolation level."""
     return not raw.autocommit and raw.pgconn.transaction_status == IDLE and raw.isolation_level is None
+
+
+class _Opening:
+    """A kept cursor whose next statement opens the transaction: its BEGIN goes in front of it, in one query string.
+
+    psycopg would send BEGIN as a round trip of its own before the statement. Here the connection is put in
+    autocommit first (allowed while no transaction is open), so psycopg sends nothing of its own, and the
+    statement opens the transaction itself. Django's commit() or rollback() ends it as any other: psycopg sends
+    COMMIT or ROLLBACK whenever a transaction is open, and Django turns autocommit back on when atomic() ends.
+    """
+
+    def __init__(self, cursor, raw):
+        self.cursor, self.raw = cursor, raw
+
+    def execute(self, sql, params=()):
+        self.raw.autocommit = True
+        self.cursor.execute(f"BEGIN; {sql}", params)
+        self.cursor.nextset()  # past BEGIN's result, to the statement's
+
+    def __getattr__(self, name):
+        return getattr(self.cursor, name)
 
 
 def prepare(field, value, connection):

@@ -89,6 +89,7 @@ def database_from_url(url):
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         }
     elif db["ENGINE"] == "django.db.backends.postgresql":
+        db["ENGINE"] = "floor.postgresql"  # Django's, telling floor.rows of rollbacks (floor/postgresql/base.py)
         db["CONN_MAX_AGE"] = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
         # A database that does not answer a connect, or a connection whose peer went silent, is given up on
         # in seconds, not after TCP's minutes of retries.
@@ -102,12 +103,14 @@ def database_from_url(url):
             "keepalives_count": 3,
         }.items():
             options.setdefault(name, value)
-        # Client-side binding (Django's default) is relied on: hot statements share query strings (a transaction's
-        # first statement carries its BEGIN, statements sent together go at once), and floor.rows prepares them
-        # itself (PREPARE, then EXECUTE by name; DATABASE_PREPARE_THRESHOLD below). psycopg prepares nothing: it
-        # deallocates every prepared statement of its session at each rollback.
+        # Client-side binding (Django's default) is relied on where statements share a query string: a
+        # transaction's first statement carries its BEGIN, and statements sent together go at once, each prepared
+        # by name (floor.rows.send_all). A hot statement sent alone is bound server-side (floor.rows.cursor_of).
+        # Either is prepared once a connection has sent it this many times: PostgreSQL then plans it once.
+        # DATABASE_PREPARE_THRESHOLD=off behind a pooler in transaction mode, which does not keep a session's
+        # prepared statements.
         options["server_side_binding"] = False
-        options["prepare_threshold"] = None
+        options.setdefault("prepare_threshold", prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5")))
         # No per-request health check (a round trip each): floor.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db
@@ -115,9 +118,6 @@ def database_from_url(url):
 
 DEFAULT_SQLITE = BASE_DIR / "var" / "resonate.sqlite3"
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE}"))}
-# PostgreSQL: a hot statement a connection has sent this many times is prepared, and planned once (floor.rows); off
-# behind a pooler in transaction mode, which does not keep a session's prepared statements.
-DATABASE_PREPARE_THRESHOLD = prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5"))
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
