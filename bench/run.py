@@ -3,15 +3,14 @@
     .venv/bin/python bench/run.py [--seconds 10] [--clients 1,4,16] [--workers 2] [--threads 4]
 
 Starts the server the way README.md tells production users to (manage.py serve on PostgreSQL, a
-fresh database `resonate_bench`), drives POST / with wrk for promise.create (with a target),
-promise.get, promise.settle and the task.create → task.fulfill pair, then runs pgbench with custom
-scripts of the SQL the server sends (bench/pgbench/*.sql, prepared as the server prepares them) at the
-same client counts, and drives the peer resonate-pg (../shared/peers/resonate-pg: the protocol as
-PL/pgSQL behind a stdlib Python HTTP server, in a scratch database `rpg_bench`) with the same wrk scripts.
-Also drives bench/floor.py, the least a Python front can do to send the same SQL (no validation, no protocol
-rules, a blocking process per connection): what no Python server on this machine goes beyond; --no-floor
-leaves it out. Needs wrk and pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib); --no-peer
-when the peer is not beside the project.
+fresh database `resonate_bench`), bench/floor.py (the least a Python front can do to send the same SQL: no
+validation, no protocol rules, a blocking process per connection; what no Python server on this machine goes
+beyond) and the peer resonate-pg (../shared/peers/resonate-pg: the protocol as PL/pgSQL behind a stdlib Python
+HTTP server, in a scratch database `rpg_bench`). Then, for promise.create (with a target), promise.get,
+promise.settle and the task.create → task.fulfill pair at each client count, back to back: wrk against the
+server, the floor and the peer, and pgbench running the SQL the server sends (bench/pgbench/*.sql, prepared as
+the server prepares them). Needs wrk and pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib);
+--no-peer when the peer is not beside the project, --no-floor to leave the floor out.
 """
 
 import argparse
@@ -283,53 +282,55 @@ def main():
     scenarios = {k: v for k, v in SCENARIOS.items() if not args.only or k in args.only.split(",")}
 
     fresh_database()
-    rows = []
-    server = start_server(args.workers, args.threads)
-    try:
-        rows += drive("server", PORT, prefill_settle, scenarios, clients, args.seconds)
-    finally:
-        stop(server)
-    if not args.no_floor:
-        floor = start_floor(max(clients))
-        try:
-            rows += drive("floor", FLOOR_PORT, prefill_settle, scenarios, clients, args.seconds)
-        finally:
-            stop(floor)
     if not args.no_peer:
         if not PEER.is_dir():
             raise SystemExit(f"the peer is not at {PEER} (use --no-peer)")
         fresh_peer()
-        peer = start_peer()
-        try:
-            rows += drive("peer", PEER_PORT, prefill_peer_settle, scenarios, clients, args.seconds)
-        finally:
-            stop(peer)
-    for name, (_, sql, per_unit) in scenarios.items():
-        for c in clients:
-            if name == "promise.settle":  # its promises pending again: the settle writes, as the server's do
-                psql(
-                    "UPDATE promises_promise SET state = 'pending', settled_at = NULL"
-                    " WHERE id LIKE 'pg-%' AND state <> 'pending'"
-                )
-            result = pgbench(sql, c, args.seconds)
-            result["rate"] *= per_unit  # one pgbench transaction of task_pair.sql is two requests
-            rows.append((f"pgbench {name}", c, result))
-            print(f"pgbench {name:22} c={c:<3} {fmt(result)}", flush=True)
+    # All started at once, and each point measured on each of them back to back: this VM's speed drifts over
+    # minutes, and a ratio is only worth what the two figures' moments have in common.
+    started, targets = [], []
+    try:
+        started.append(start_server(args.workers, args.threads))
+        targets.append(("server", PORT, prefill_settle))
+        if not args.no_floor:
+            started.append(start_floor(max(clients)))
+            targets.append(("floor", FLOOR_PORT, prefill_settle))
+        if not args.no_peer:
+            started.append(start_peer())
+            targets.append(("peer", PEER_PORT, prefill_peer_settle))
+        rows = []
+        for name, (lua, sql, per_unit) in scenarios.items():
+            for c in clients:
+                for label, port, prefill in targets:
+                    rows.append(drive(label, port, prefill, name, lua, c, args.seconds))
+                rows.append(baseline(name, sql, per_unit, c, args.seconds))
+    finally:
+        for process in started:
+            stop(process)
     report(rows, args)
 
 
-def drive(label, port, prefill, scenarios, clients, seconds):
-    """Every scenario at every client count against the server on `port`, with wrk: (name, clients, result) rows."""
-    rows = []
-    for name, (lua, *_) in scenarios.items():
-        for c in clients:
-            run = f"{label[0]}{name.split('.')[-1][:4]}{c}x{int(time.time())}"
-            if name == "promise.settle":
-                prefill(run, min(c, 2))
-            result = wrk(lua, c, seconds, run, one_connection_per_thread=name.startswith("task."), port=port)
-            rows.append((name if label == "server" else f"{label} {name}", c, result))
-            print(f"{label:7} {name:22} c={c:<3} {fmt(result)}", flush=True)
-    return rows
+def drive(label, port, prefill, name, lua, clients, seconds):
+    """One scenario at one client count against the server on `port`, with wrk: a (name, clients, result) row."""
+    run = f"{label[0]}{name.split('.')[-1][:4]}{clients}x{int(time.time())}"
+    if name == "promise.settle":
+        prefill(run, min(clients, 2))
+    result = wrk(lua, clients, seconds, run, one_connection_per_thread=name.startswith("task."), port=port)
+    print(f"{label:7} {name:22} c={clients:<3} {fmt(result)}", flush=True)
+    return (name if label == "server" else f"{label} {name}", clients, result)
+
+
+def baseline(name, sql, per_unit, clients, seconds):
+    """pgbench running the server's statements for one scenario at one client count: a row."""
+    if name == "promise.settle":  # its promises pending again: the settle writes, as the server's do
+        psql(
+            "UPDATE promises_promise SET state = 'pending', settled_at = NULL"
+            " WHERE id LIKE 'pg-%' AND state <> 'pending'"
+        )
+    result = pgbench(sql, clients, seconds)
+    result["rate"] *= per_unit  # one pgbench transaction of task_pair.sql is two requests
+    print(f"pgbench {name:22} c={clients:<3} {fmt(result)}", flush=True)
+    return (f"pgbench {name}", clients, result)
 
 
 def fmt(r):
