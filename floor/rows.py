@@ -60,9 +60,10 @@ def cursor_of(connection, single=False):
             yield _Single(kept.one, kept.several) if single else kept.several
 
 
-def send_all(connection, parts):
+def send_all(connection, parts, results=True):
     """Send several statements, (sql, params) each, in one query string, one round trip: [the rows of each, or
-    None for one that returns none]. Outside a transaction they run as one (implicit) transaction.
+    None for one that returns none]; None when `results` is false. Outside a transaction they run as one
+    (implicit) transaction.
 
     A string of several statements is bound client-side, and PostgreSQL would parse and plan each of them at
     every call. Where cursors are kept, each statement with parameters the connection has sent
@@ -75,7 +76,7 @@ def send_all(connection, parts):
     if not _keeps_cursors(connection):
         with connection.cursor() as cursor:
             cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
-            return _results(cursor, len(parts))
+            return _results(cursor, len(parts)) if results else None
     prepared = _kept_on(connection).prepared
     ahead, new, evicted = [], [], []
     if prepared.threshold is not None:
@@ -89,6 +90,8 @@ def send_all(connection, parts):
             prepared.failed(error, new, evicted)
             raise
         prepared.names.update(dict.fromkeys(new))
+        if not results:
+            return None
         for _ in ahead:
             cursor.nextset()
         return _results(cursor, len(parts))
@@ -110,7 +113,8 @@ def _results(cursor, count):
     for n in range(count):
         if n:
             cursor.nextset()
-        found.append(cursor.fetchall() if cursor.description else None)
+        result = cursor.pgresult  # its status, not `description`, which makes a Column per field
+        found.append(cursor.fetchall() if result is not None and result.status == TUPLES_OK else None)
     return found
 
 
@@ -284,10 +288,11 @@ def _send_held(connection, commit=False):
     held = _held.get()
     statements = list(held)
     held.clear()  # before sending: nothing is held then, and send_all does not come back here
-    send_all(connection, [(s.sql, s.params) for s in statements] + ([("COMMIT", ())] if commit else []))
+    send_all(connection, [(s.sql, s.params) for s in statements] + ([("COMMIT", ())] if commit else []), results=False)
 
 
 IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
+TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK (PGRES_TUPLES_OK): a result with rows
 BOUND_MAX = 65535  # parameters the extended protocol carries with one statement
 
 
