@@ -112,18 +112,26 @@ def prefill_peer_settle(run, threads):
 
 def start_peer():
     env = {**os.environ, "DATABASE_URL": f"postgresql://postgres@127.0.0.1:5432/{PEER_DB}", "PORT": str(PEER_PORT)}
-    log = open(BENCH / "results" / "peer.log", "w")  # noqa: SIM115 (the peer outlives this function)
-    peer = subprocess.Popen(
-        [PYTHON, str(PEER / "shim.py")], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    return start_answering("peer", [PYTHON, str(PEER / "shim.py")], PEER_PORT, env)
+
+
+def start_floor(processes):
+    command = [PYTHON, str(BENCH / "floor.py"), "--port", str(FLOOR_PORT), "--processes", str(processes)]
+    return start_answering("floor", [*command, "--database", DATABASE_URL], FLOOR_PORT, os.environ)
+
+
+def start_answering(label, command, port, env):
+    """Start a protocol server of run.py's own (its output in results/<label>.log), once it answers a promise.get."""
+    log = open(BENCH / "results" / f"{label}.log", "w")  # noqa: SIM115 (the process outlives this function)
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     body = b'{"kind":"promise.get","head":{"corrId":"r","version":"2026-04-01"},"data":{"id":"g-1"}}'
     for _ in range(100):
         try:
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{PEER_PORT}/", data=body), timeout=1)
-            return peer
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/", data=body), timeout=1)
+            return process
         except OSError:
             time.sleep(0.2)
-    raise SystemExit("resonate-pg did not start; see bench/results/peer.log")
+    raise SystemExit(f"{label} did not start; see bench/results/{label}.log")
 
 
 def start_server(workers, threads):
@@ -153,25 +161,6 @@ def start_server(workers, threads):
         except OSError:
             time.sleep(0.2)
     raise SystemExit("server did not become ready; see bench/results/server.log")
-
-
-def start_floor(processes):
-    log = open(BENCH / "results" / "floor.log", "w")  # noqa: SIM115 (the floor outlives this function)
-    floor = subprocess.Popen(
-        [PYTHON, str(BENCH / "floor.py"), "--port", str(FLOOR_PORT), "--processes", str(processes)]
-        + ["--database", DATABASE_URL],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    body = b'{"kind":"promise.get","head":{"corrId":"r","version":"2026-04-01"},"data":{"id":"g-1"}}'
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{FLOOR_PORT}/", data=body), timeout=1)
-            return floor
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("the floor did not start; see bench/results/floor.log")
 
 
 def stop(server):
