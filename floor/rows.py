@@ -103,8 +103,7 @@ def rolled_back(using=DEFAULT):
     which of its own are still there before it sends another."""
     kept = _kept.__dict__.get("cursors", {}).get(using)
     if kept is not None:
-        kept.prepared.unsure.update(kept.prepared.names)
-        kept.prepared.names.clear()
+        kept.prepared.doubt_all()
 
 
 def _results(cursor, count):
@@ -126,8 +125,9 @@ class _Prepared:
     that fails may or may not have run its PREPAREs, and psycopg deallocates every prepared statement of the
     session when it rolls a transaction back having prepared statements of its own (rolled_back): the names in
     doubt are asked of pg_prepared_statements before the connection sends another string (ask). A statement
-    found not prepared (someone ran DISCARD ALL) forgets them all; floor.transactions retries the operation,
-    which prepares them again."""
+    found not prepared (someone ran DISCARD ALL) puts them all in doubt; floor.transactions retries the
+    operation, which prepares again those that are gone (forgetting them instead would PREPARE again any that
+    remain: an error, as they exist)."""
 
     MAX = 256  # statements kept prepared per connection; the least recently sent is deallocated beyond
 
@@ -160,11 +160,16 @@ class _Prepared:
         return [*(f"DEALLOCATE {name}" for name in evicted), *ahead], sent, new, evicted
 
     def failed(self, error, new, evicted):
+        """A string that prepared `new` and deallocated `evicted` in front failed: whether it got that far is
+        unknown. A statement found not prepared doubts every name: what else went with it is unknown too."""
+        self.unsure.update(new + evicted)
         if getattr(error, "sqlstate", None) == INVALID_STATEMENT_NAME:
-            self.names.clear()
-            self.unsure.clear()
-        else:
-            self.unsure.update(new + evicted)
+            self.doubt_all()
+
+    def doubt_all(self):
+        """Ask PostgreSQL which of the statements are still prepared before sending another string (ask)."""
+        self.unsure.update(self.names)
+        self.names.clear()
 
     def ask(self, connection):
         with cursor_of(connection) as cursor:
