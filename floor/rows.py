@@ -138,7 +138,8 @@ class _Prepared:
 
     def plan(self, parts):
         """(what goes in front: DEALLOCATEs and PREPAREs, the parts as sent, the names prepared in front, the names
-        deallocated in front)."""
+        deallocated in front). A statement may come more than once in one string (a write per registration): it is
+        prepared once, in front, and every part of it goes as an EXECUTE."""
         ahead, sent, new = [], [], []
         for sql, params in parts:
             if not params or len(params) > BOUND_MAX:
@@ -147,6 +148,8 @@ class _Prepared:
             name, numbered, execute = _executable(sql)
             if name in self.names:
                 self.names.move_to_end(name)
+            elif name in new:
+                pass  # prepared in front already, for an earlier part of this string: one PREPARE per name
             elif self._often(name):
                 ahead.append(f"PREPARE {name} ({', '.join(map(_type_of, params))}) AS {numbered}")
                 new.append(name)

@@ -615,6 +615,45 @@ def test_statements_deallocated_behind_the_server_s_back_are_prepared_again_and_
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_a_statement_sent_twice_in_one_string_is_prepared_once():
+    """One string may carry the same statement twice (a settle's held writes with several registrations). Where its
+    count passes the threshold it is prepared once, in front, and both go as EXECUTEs of that name: two PREPAREs
+    of one name failed the string (DuplicatePreparedStatement, a 500; issue 26)."""
+    kept = rows._kept_on(connection).prepared
+    kept.threshold = 0  # prepare at once: the first string that carries it
+    parts = [("SELECT %s::int + 1", [1]), ("SELECT %s::int + 1", [2]), ("SELECT %s::int + 1", [3])]
+    assert rows.send_all(connection, parts) == [[(2,)], [(3,)], [(4,)]]
+    assert len(prepared_by_send_all()) == 1 == len(kept.names)
+    assert rows.send_all(connection, parts) == [[(2,)], [(3,)], [(4,)]]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("threshold", [0, 1, 2, 5])
+def test_settling_promises_with_several_registrations_answers_at_every_threshold(threshold):
+    """Each settle here sends the same statements several times in one string (one per callback and listener), and
+    at some settle their counts cross the threshold."""
+    rows._kept_on(connection).prepared.threshold = threshold
+    for n in range(8):
+        id = f"settled-{threshold}-{n}"
+        assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
+        for awaiter in range(2 + n % 2):  # the counts cross the threshold at varying places
+            awaiter_id = f"{id}.a{awaiter}"
+            created = answer(
+                envelope("promise.create", {"id": awaiter_id, "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}})
+            )
+            assert created["head"]["status"] == 200, created
+            registered = answer(envelope("promise.register_callback", {"awaited": id, "awaiter": awaiter_id}))
+            assert registered["head"]["status"] == 200, registered
+            address = f"poll://uni@g/l{awaiter}"
+            listened = answer(envelope("promise.register_listener", {"awaited": id, "address": address}))
+            assert listened["head"]["status"] == 200, listened
+        settled = answer(envelope("promise.settle", {"id": id, "state": "resolved", "value": {}}))
+        assert settled["head"]["status"] == 200 and settled["data"]["promise"]["state"] == "resolved", settled
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_a_connection_keeps_at_most_so_many_statements_prepared(monkeypatch):
     """Statements of many shapes (an IN list of every length) would each stay prepared: beyond MAX, the least
     recently sent is deallocated, in the string that prepares the next."""
