@@ -224,7 +224,8 @@ class Deliverer(threading.Thread):
                 if written := [item for item in keys if isinstance(item, Written)]:
                     self.record_written(written)  # even while paused: the messages have gone out
                     keys = [item for item in keys if not isinstance(item, Written)]
-                if self.paused():
+                if self.paused():  # until the next pass or announcement: going round at once spun a core while paused
+                    next_pass = time.monotonic() + period
                     continue
                 if keys:
                     self.deliver_announced(keys)
