@@ -127,7 +127,8 @@ def test_ready_answers_200_when_the_database_answers(client, db):
 # Failures are answers too: never Django's HTML error page on the protocol's addresses
 
 
-def test_an_operation_that_crashes_answers_a_500_envelope_not_a_page(protocol, monkeypatch):
+def test_an_operation_that_crashes_answers_a_500_envelope_not_a_page(protocol, monkeypatch, caplog):
+    """The log says what reproduces it: the operation, its corrId, the time it ran at and its data."""
     from resonate_site.protocol import dispatch
 
     def crash(req, now):
@@ -136,9 +137,20 @@ def test_an_operation_that_crashes_answers_a_500_envelope_not_a_page(protocol, m
     get = dispatch.OPERATIONS["promise.get"]
     monkeypatch.setitem(dispatch.OPERATIONS, "promise.get", get._replace(handler=crash))
 
-    answer = protocol("promise.get", {"id": "p"})
+    answer = protocol("promise.get", {"id": "p"}, now=1234, head={"corrId": "crash"})
 
     assert answer.status == 500 and answer.data == "Internal server error"
+    (logged,) = [r for r in caplog.records if r.levelname == "ERROR" and r.name == "resonate_site.protocol.envelope"]
+    assert logged.getMessage() == 'promise.get crash failed at 1234: {"id":"p"}'
+    assert "RuntimeError: a bug" in logged.exc_text
+
+
+def test_the_log_of_a_crash_cuts_a_huge_request_short():
+    from resonate_site.protocol.envelope import EXCERPT_CHARS, excerpt
+
+    assert excerpt({"id": "p"}) == '{"id":"p"}'
+    cut = excerpt({"value": "x" * 10_000})
+    assert len(cut) < EXCERPT_CHARS + 40 and cut.endswith("(10012 characters)")
 
 
 def test_any_other_address_that_crashes_answers_plain_text_not_a_page(client, monkeypatch):

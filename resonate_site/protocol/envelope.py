@@ -59,9 +59,22 @@ def answer(body, now=None):
         log.warning("%s %s: %s", kind, corr_id, busy)
         return reply(kind, corr_id, 503, busy.answer)
     except Exception:
-        log.exception("%s %s failed", kind, corr_id)
+        # A bug: what reproduces it goes with its traceback (the request's data and the time it ran at).
+        log.exception("%s %s failed at %s: %s", kind, corr_id, now, excerpt(envelope.get("data")))
         return reply(kind, corr_id, 500, CRASHED["data"])
     return reply(kind, corr_id, status, data)
+
+
+EXCERPT_CHARS = 4000  # of a failed request's data in its log line: enough for any protocol request but huge values
+
+
+def excerpt(data):
+    """A failed request's data as JSON for its log line, cut to EXCERPT_CHARS."""
+    try:
+        text = orjson.dumps(data).decode()
+    except TypeError:
+        text = repr(data)
+    return text if len(text) <= EXCERPT_CHARS else f"{text[:EXCERPT_CHARS]}… ({len(text)} characters)"
 
 
 def perform(kind, data, now=None):
@@ -221,7 +234,7 @@ def respond(body):
     try:
         envelope = answer(body)
     except Exception:
-        log.exception("POST / failed")
+        log.exception("POST / failed: %s", body[:EXCERPT_CHARS])
     finally:
         request_answered(envelope, time.perf_counter() - started, OPERATIONS)
     return envelope["head"]["status"], orjson.dumps(envelope)
