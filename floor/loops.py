@@ -5,6 +5,8 @@ import time
 
 from django.db import close_old_connections
 
+from floor.outages import log_failure
+
 log = logging.getLogger(__name__)
 
 
@@ -22,7 +24,7 @@ def keep_running(step, seconds, stopping=lambda: False, retry_after=1.0):
             close_old_connections()
             did, wait = step()
         except Exception:
-            log.exception("%s failed; trying again", getattr(step, "__name__", "background step"))
+            log_failure(log, "%s failed; trying again", getattr(step, "__name__", "background step"))
             did, wait = 0, retry_after
         done += did
         time.sleep(max(0.0, min(wait, until - time.monotonic())))

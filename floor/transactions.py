@@ -11,6 +11,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, Programm
 
 from floor import rows
 from floor.conf import resonate_settings
+from floor.outages import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,6 @@ def _safely(hook, items):
         try:
             hook(items)
         except Exception:
-            log.exception("after a commit, %s failed", getattr(hook, "__name__", hook))
+            log_failure(log, "after a commit, %s failed", getattr(hook, "__name__", hook))
 
     return call_hook

@@ -16,6 +16,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from floor.clock import now_ms
 from floor.conf import resonate_settings
 from floor.counters import deliveries_recorded, messages_claimed
+from floor.outages import log_failure
 from floor.protocol import parse_poll_address
 from floor.transactions import Mode, after_commit, run_atomically
 from outbox.delivery import (
@@ -62,7 +63,9 @@ def notify(messages):
     try:
         messages = running.hand_over(messages)
     except Exception:
-        log.exception("could not hand %d messages to this process's streams; its deliverer sends them", len(messages))
+        log_failure(
+            log, "could not hand %d messages to this process's streams; its deliverer sends them", len(messages)
+        )
     if messages:
         running.wake(messages)
 
@@ -195,7 +198,7 @@ class Deliverer(threading.Thread):
         try:
             return hub().nobody_listens(address)
         except Exception:
-            log.exception("could not tell whether anyone listens at %s; the deliverer tries", address)
+            log_failure(log, "could not tell whether anyone listens at %s; the deliverer tries", address)
             return False
 
     def wake(self, messages):
@@ -233,7 +236,7 @@ class Deliverer(threading.Thread):
                     deliver_due()
                     next_pass = time.monotonic() + period
             except Exception:
-                log.exception("delivery failed; the delivery pass will try again")
+                log_failure(log, "delivery failed; the delivery pass will try again")
         connections.close_all()  # this thread's own
 
     def hand_over(self, announced):

@@ -17,7 +17,8 @@ class Answer(NamedTuple):
 
 
 class Protocol:
-    """Sends one envelope to POST / through Django's test client and checks the envelope invariants."""
+    """Sends one envelope to POST / through Django's test client and checks the envelope invariants (a subclass
+    sends it elsewhere: tests/e2e/test_live_conformance.py, to real server processes)."""
 
     def __init__(self, client):
         self.client = client
@@ -31,18 +32,23 @@ class Protocol:
         return self.raw(orjson.dumps({"kind": kind, "head": head, "data": data}), kind, head["corrId"])
 
     def raw(self, body, kind=None, corr_id=None):
-        response = self.client.post("/", body, content_type="application/json")
-        envelope = orjson.loads(response.content)
-        assert response["Content-Type"] == "application/json"
-        assert envelope["head"]["status"] == response.status_code
+        status, content_type, content = self.post(body)
+        envelope = orjson.loads(content)
+        assert content_type == "application/json"
+        assert envelope["head"]["status"] == status
         assert envelope["head"]["version"] == VERSION
         if kind is not None:
             assert envelope["kind"] == kind
             assert envelope["head"]["corrId"] == corr_id
-        if response.status_code >= 400:
+        if status >= 400:
             assert isinstance(envelope["data"], str), envelope
         assert_no_nulls(envelope)
-        return Answer(response.status_code, envelope["data"], envelope)
+        return Answer(status, envelope["data"], envelope)
+
+    def post(self, body):
+        """(HTTP status, Content-Type, body) of POST / with this body."""
+        response = self.client.post("/", body, content_type="application/json")
+        return response.status_code, response["Content-Type"], response.content
 
     def snap(self):
         answer = self("debug.snap", {})

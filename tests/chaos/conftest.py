@@ -124,19 +124,19 @@ class Deployment:
 
     def log_marks(self):
         """Where each log of the deployment ends now: logs_since() shows what was written after."""
-        return {path: path.stat().st_size for path in self._logs()}
+        return {path: path.stat().st_size for path in self.logs()}
 
     def logs_since(self, marks, lines=80):
         """The last `lines` lines each log has gained since log_marks(), for a failure's message."""
         shown = []
-        for path in self._logs():
+        for path in self.logs():
             with open(path, "rb") as log:
                 log.seek(marks.get(path, 0))
                 tail = log.read().decode(errors="replace").splitlines()[-lines:]
             shown.append(f"--- {path.name}, its last {len(tail)} lines since the fault began ---\n" + "\n".join(tail))
         return "\n".join(shown)
 
-    def _logs(self):
+    def logs(self):
         return sorted([self.directory / "bin-production.log", *(self.directory / "run").glob("*.log")])
 
     def all_running(self):

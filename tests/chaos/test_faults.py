@@ -21,6 +21,7 @@ import pytest
 
 from tests.chaos.conftest import LONG, RESULTS
 from tests.chaos.load import Load, Rpc, SseClient, now_ms
+from tests.e2e.servers import assert_clean_logs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
@@ -305,3 +306,9 @@ def test_a_server_process_killed_right_after_its_commit_loses_no_message(deploym
             time.sleep(0.05)
     finally:
         stream.close()
+
+
+def test_no_500_and_no_traceback_in_any_log_after_every_fault(deployment):
+    """Faults are the world's: each is logged as one line saying what was out of reach (floor.outages). A traceback
+    is a bug, and so is a 500 (a lost race or an unreachable database answers 503)."""
+    assert_clean_logs(*deployment.logs())

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from tests.e2e.servers import ROOT, Process, free_port, runtime_python, wait_ready
+from tests.e2e.servers import ROOT, Process, assert_clean_logs, free_port, runtime_python, wait_ready
 
 
 @dataclass
@@ -90,9 +90,11 @@ def server_settings():
 @pytest.fixture(scope="module")
 def embedded(database_url, server_settings, tmp_path_factory):
     """`manage.py serve` in its embedded mode: one process that serves, sweeps and delivers."""
-    server = start_embedded(embedded_env(database_url, server_settings), tmp_path_factory.mktemp("logs") / "server.log")
+    logs = tmp_path_factory.mktemp("logs")
+    server = start_embedded(embedded_env(database_url, server_settings), logs / "server.log")
     yield server
     server.process.stop()
+    assert_clean_logs(logs)  # no 500 and no traceback, whatever the module's tests did
 
 
 @pytest.fixture
@@ -130,6 +132,7 @@ def production(database_url, server_settings, tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+    assert_clean_logs(logs)  # no 500 and no traceback in any server, worker or Beat log
 
 
 class Cluster:

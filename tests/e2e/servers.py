@@ -1,7 +1,9 @@
 """Real server processes for end-to-end tests: the embedded server, and production's pieces."""
 
+import contextlib
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -56,7 +58,16 @@ class Process:
                 self.popen.wait(timeout=10)
 
     def stop(self):
-        self.kill()
+        """SIGTERM to the process alone, as a supervisor stops it: it stops its own children (a Celery worker's pool
+        finishes its tasks; signalled too, they would die mid-task, with a traceback). Whatever of its group is left
+        after 20 s is killed."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
         self.log.close()
 
 
@@ -154,3 +165,42 @@ class Listener:
 
     def close(self):
         self.closing = True
+
+
+SERVER_ERROR = re.compile(
+    r"resonate\.request \S+ \S+ (5\d\d) [\d.]+ ms|\"logger\": \"resonate\.request\".*\"status\": (5\d\d)"
+)
+BUSY = "503"  # a lost race or a database out of reach, answered as such: the client retries
+
+
+def log_problems(paths):
+    """Every line of these log files (or of the *.log files under these directories) that shows a traceback or a
+    request answered with a 5xx other than 503, as "file:line: text"."""
+    found = []
+    for path in paths:
+        path = Path(path)
+        for log in sorted(path.rglob("*.log")) if path.is_dir() else [path]:
+            for number, line in enumerate(log.read_text(errors="replace").splitlines(), 1):
+                error = SERVER_ERROR.search(line)
+                if "Traceback" in line or (error and BUSY not in error.groups()):
+                    found.append(f"{log.name}:{number}: {line.strip()}")
+    return found
+
+
+def assert_clean_logs(*paths):
+    """No traceback and no 500 in any log of the processes a test ran (issue 26: every 500 is a defect to find)."""
+    problems = log_problems(paths)
+    assert not problems, "server logs show errors:\n" + "\n".join(problems[:40])
+
+
+def run_invariants(database_url):
+    """`manage.py invariants` over the database a run used: it must find nothing."""
+    done = subprocess.run(
+        [runtime_python(), "manage.py", "invariants"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"manage.py invariants failed:\n{done.stdout}\n{done.stderr}"

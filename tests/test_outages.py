@@ -1,0 +1,78 @@
+"""Outages are logged as one line, bugs with their traceback (floor.outages): a traceback in a log means a bug."""
+
+import logging
+
+import pytest
+import redis
+from django.db import OperationalError
+from kombu.exceptions import OperationalError as BrokerUnreachable
+
+from floor.loops import keep_running
+from floor.outages import is_outage, log_failure
+from outbox import tasks
+
+log = logging.getLogger("tests.outages")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OperationalError("connection to server at 127.0.0.1, port 5432 failed: Connection refused"),
+        redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6390"),
+        redis.exceptions.TimeoutError("Timeout reading from socket"),
+        BrokerUnreachable("Connection refused"),
+        ConnectionResetError(104, "Connection reset by peer"),
+    ],
+)
+def test_an_outage_is_logged_as_one_line_naming_what_was_out_of_reach(error, caplog):
+    assert is_outage(error)
+    try:
+        raise error
+    except Exception:
+        log_failure(log, "the sweep failed; trying again")
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert record.getMessage().startswith(f"the sweep failed; trying again (out of reach: {type(error).__name__}: ")
+
+
+@pytest.mark.parametrize("error", [KeyError("id"), TypeError("unhashable"), ValueError("bad")])
+def test_anything_else_is_a_bug_logged_with_its_traceback(error, caplog):
+    assert not is_outage(error)
+    try:
+        raise error
+    except Exception:
+        log_failure(log, "the sweep failed; trying again")
+    (record,) = caplog.records
+    assert record.levelname == "ERROR" and record.exc_info[1] is error
+
+
+def test_the_background_loop_logs_an_outage_without_a_traceback_and_goes_on(caplog):
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("the database system is starting up")
+        return 1, 0
+
+    assert keep_running(step, 0.05, stopping=lambda: len(calls) >= 3, retry_after=0) == 2
+    assert [r.levelname for r in caplog.records] == ["WARNING"] and caplog.records[0].exc_info is None
+
+
+def test_a_celery_wake_up_that_meets_an_outage_logs_one_line_and_ends(monkeypatch, caplog):
+    def unreachable():
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(tasks.Pause, "is_paused", unreachable)
+    tasks.deliver_due()  # does not raise: Beat sends the next one
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "the delivery pass failed" in record.getMessage()
+
+
+def test_a_celery_wake_up_that_meets_a_bug_raises_it_for_celery_to_log(monkeypatch):
+    def bug():
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(tasks.Pause, "is_paused", bug)
+    with pytest.raises(KeyError):
+        tasks.deliver_due()
