@@ -1,4 +1,5 @@
-"""The management commands: promises, invoke, tasks, schedules, tree, sweep, deliver, prune and invariants.
+"""The management commands: promises, invoke, tasks, schedules, tree, sweep, deliver and prune (invariants:
+tests/test_invariants.py).
 
 Setup goes through the protocol (envelope.perform) at explicit times long past, or with deadlines far
 in the future; the commands themselves run at the wall clock. Bad input must be a CommandError that
@@ -11,8 +12,6 @@ from io import StringIO
 import orjson
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from floor.clock import now_ms
 from outbox.models import DeliveryState, Message, Pause
@@ -434,100 +433,3 @@ def test_prune_works_in_batches_and_dry_run_deletes_nothing():
 def test_bad_prune_input_is_a_command_error_that_deletes_nothing(args, message):
     old_settled("old")
     assert message in fails("prune", *args)
-
-
-# check
-
-
-def busy_database():
-    """A little of everything, through the protocol: pending, settled, timed out, suspended, a schedule."""
-    create("wf", tags={"resonate:target": TARGET})
-    create("wf.1", tags={"resonate:target": TARGET})
-    perform("task.acquire", {"id": "wf", "version": 0, "pid": "w", "ttl": 60_000}, LONG_AGO)
-    awaits = {"kind": "promise.register_callback", "data": {"awaited": "wf.1", "awaiter": "wf"}}
-    perform("task.suspend", {"id": "wf", "version": 1, "actions": [awaits]}, LONG_AGO)
-    perform("promise.register_listener", {"awaited": "wf.1", "address": "poll://uni@default/w"}, LONG_AGO)
-    create("timer", timeout_at=LONG_AGO + 10, tags={"resonate:timer": "true"})
-    old_settled("done", **{"resonate:target": TARGET})
-    schedule = {"id": "s", "cron": "* * * * *", "promiseId": "s.{{.timestamp}}", "promiseTimeout": 1}
-    perform("schedule.create", schedule, LONG_AGO)
-
-
-def test_invariants_hold_on_a_clean_database():
-    busy_database()
-    out, _ = run("invariants")
-    assert out == "Invariants hold over 13 rows.\n"
-
-
-def callback_on_a_settled_promise():
-    settle("wf.1")
-    Callback.objects.create(awaited_id="wf.1", awaiter_id="wf")
-
-
-DAMAGE = {
-    "callback wf awaits wf.1": callback_on_a_settled_promise,
-    "promise wf.1": lambda: Task.objects.filter(pk="wf.1").delete(),  # a targeted promise without a task
-    "task wf": lambda: Task.objects.filter(pk="wf").update(state="acquired"),  # without a lease
-    "task wf.1": lambda: Task.objects.filter(pk="wf.1").update(version=-1),
-    "task done": lambda: Promise.objects.filter(pk="done").update(state="pending", settled_at=None),
-    "listener poll://uni@g/w on done": lambda: Listener.objects.create(promise_id="done", address="poll://uni@g/w"),
-    "schedule s": lambda: Schedule.objects.update(last_run_at=FAR),
-    "promise timer": lambda: Promise.objects.filter(pk="timer").update(tags=["resonate:timer"]),
-    "message e:elsewhere": lambda: Message.objects.filter(subject="wf.1").update(key="e:elsewhere"),
-}
-
-
-@pytest.mark.parametrize("violation", DAMAGE)
-def test_invariants_report_an_injected_violation_and_fail(violation):
-    busy_database()
-    DAMAGE[violation]()
-    out = StringIO()
-    with pytest.raises(CommandError, match=r"violate \d+ invariant"):
-        call_command("invariants", stdout=out, stderr=StringIO())
-    assert f"  {violation}\n" in out.getvalue()
-
-
-def test_invariants_report_a_task_without_its_promise():
-    Task.objects.create(promise_id="ghost")  # the foreign key is checked at commit, and tests never commit
-    out = StringIO()
-    try:
-        with pytest.raises(CommandError):
-            call_command("invariants", stdout=out, stderr=StringIO())
-    finally:
-        Task.objects.filter(pk="ghost").delete()
-    assert "tasks: it has its promise; violated by 1 (listed):\n  task ghost\n" in out.getvalue()
-
-
-def test_invariants_report_violations_as_json():
-    busy_database()
-    Task.objects.filter(pk="wf").update(pid="w")
-    out = StringIO()
-    with pytest.raises(CommandError):
-        call_command("invariants", "--json", stdout=out, stderr=StringIO())
-    assert orjson.loads(out.getvalue()) == {
-        "checked": 13,
-        "violations": [
-            {
-                "table": "tasks",
-                "invariant": "it has a lease (pid and ttl) exactly when it is acquired",
-                "count": 1,
-                "rows": ["task wf"],
-            }
-        ],
-    }
-
-
-def test_djangos_check_reads_no_rows():
-    """Deploy tooling runs `check` on every start: it must not scan a large database."""
-    busy_database()
-    Task.objects.filter(pk="wf").update(version=-1)
-    with CaptureQueriesContext(connection) as queries:
-        out, _ = run("check")
-    assert out == "System check identified no issues (0 silenced).\n"
-    assert not [query for query in queries if "tasks_task" in query["sql"]]
-
-
-def test_invariants_refuse_an_unmigrated_database(monkeypatch):
-    monkeypatch.setattr(connection.introspection, "table_names", lambda *args, **kwargs: [])
-    with pytest.raises(CommandError, match="not migrated"):
-        call_command("invariants", stdout=StringIO(), stderr=StringIO())

@@ -237,7 +237,7 @@ class Conformance(RuleBasedStateMachine):
     def stored_state_matches_the_model(self):
         snap = self.protocol.snap()
         assert snap == self.model.snap()
-        assert violations(snap, self.versions) == []
+        assert violations(snap, self.versions, self.now) == []
         assert self.model.invariant_violations() == []
 
 
