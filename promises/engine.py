@@ -44,8 +44,13 @@ def create(id, param, tags, timeout_at, now, holder=None):
 
 
 def settle(promise, state, value, settled_at, now):
-    """Settle one pending promise (locked by the caller) and propagate it; see settle_all."""
-    promise.state, promise.value, promise.settled_at = state, value, settled_at
+    """Settle one pending promise (locked by the caller) and propagate it; see settle_all.
+
+    Never at a time before the promise's creation: a request reads the clock when it arrives, and may then wait for
+    the lock of a promise whose create, arriving a moment later, committed first. It acts after that create, so at
+    its time at the earliest (well_formed_promise_created_at_lte_settled_at).
+    """
+    promise.state, promise.value, promise.settled_at = state, value, max(settled_at, promise.created_at)
     settle_all([promise], now)
 
 

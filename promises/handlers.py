@@ -49,7 +49,7 @@ def promise_settle_at_once(req, now):
     if not found:
         return PROMISE_NOT_FOUND
     (promise,) = found
-    if promise.is_live(now):  # not settled there: it has registrations, which settle_all takes
+    if promise.is_live(now):  # not settled there: it has registrations, which settle_all takes (or a later creation)
         return None
     return ok(promise=promise.projected(now).to_record())
 

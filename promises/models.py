@@ -273,14 +273,16 @@ def registered_on(promise_id):
 
 
 def live_and_unregistered(promise_id, now):
-    """The query (sql, params) that finds a row when the promise is live at `now` (Promise.is_live) and has nothing
-    registered on it (registered_on finds nothing): asked once its lock is held, as registered_on is."""
+    """The query (sql, params) that finds a row when the promise is live at `now` (Promise.is_live), created no later
+    than `now`, and has nothing registered on it (registered_on finds nothing): asked once its lock is held, as
+    registered_on is. A promise created after `now` (by a request that arrived later but committed first) is settled
+    by engine.settle, at its creation's time."""
     promise, listener, callback = (rows.quote(m._meta.db_table) for m in (Promise, Listener, Callback))
     return (
-        f'SELECT 1 FROM {promise} WHERE "id" = %s AND "state" = %s AND "timeout_at" > %s'
+        f'SELECT 1 FROM {promise} WHERE "id" = %s AND "state" = %s AND "timeout_at" > %s AND "created_at" <= %s'
         f' AND NOT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
         f' AND NOT EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
-        [promise_id, PromiseState.PENDING, now, promise_id, promise_id],
+        [promise_id, PromiseState.PENDING, now, now, promise_id, promise_id],
     )
 
 

@@ -91,6 +91,8 @@ def address_error(address):
         url = urlsplit(address)
     except ValueError:
         return "is not a valid URL"
+    if url.scheme and not address.startswith(f"{url.scheme}:"):  # urlsplit lowers it; the specification does not
+        return "must be a poll://, http:// or https:// address (its scheme in lower case)"
     if url.scheme in ("http", "https"):
         return None if url.netloc else "needs a host"
     if url.scheme == "poll":

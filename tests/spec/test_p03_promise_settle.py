@@ -243,3 +243,25 @@ def test_it_answers_400_for_a_state_a_client_cannot_settle_to(protocol, state):
     protocol("promise.create", create("p"), now=0)
     assert protocol("promise.settle", {"id": "p", "state": state}, now=1).status == 400
     assert protocol.snap()["promises"][0]["state"] == "pending"
+
+
+# A request reads the clock as it arrives. A settle that arrived first may lock its promise only after a create that
+# arrived a moment later has committed: it then acts after the create, and is never stored as settled before it
+# (well_formed_promise_created_at_lte_settled_at). Here debug time plays that race: the settle's clock reads earlier.
+
+
+def test_a_settle_whose_clock_reads_before_the_creation_settles_at_the_creation(protocol):
+    protocol("promise.create", create("p", timeout_at=10_000), now=1_000)
+    answer = protocol("promise.settle", {"id": "p", "state": "resolved"}, now=900)
+    assert answer.status == 200 and answer.data["promise"]["settledAt"] == 1_000
+
+
+def test_the_same_holds_for_a_promise_with_registrations_and_for_a_fulfil(protocol):
+    start(protocol, "w", now=1_000)
+    protocol("promise.create", create("q", timeout_at=10_000), now=1_000)
+    protocol("promise.register_listener", {"awaited": "q", "address": "poll://uni@g/l"}, now=1_000)
+    settled = protocol("promise.settle", {"id": "q", "state": "rejected"}, now=900)
+    assert settled.status == 200 and settled.data["promise"]["settledAt"] == 1_000
+    fulfil = action("promise.settle", {"id": "w", "state": "resolved"})
+    fulfilled = protocol("task.fulfill", {"id": "w", "version": 1, "action": fulfil}, now=900)
+    assert fulfilled.status == 200 and fulfilled.data["promise"]["settledAt"] == 1_000
