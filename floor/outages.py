@@ -20,7 +20,9 @@ def is_outage(error):
 def _outage_classes():
     from django.db import InterfaceError, OperationalError
 
-    classes = [OperationalError, InterfaceError, ConnectionError, TimeoutError]
+    from floor.transactions import Busy  # a request's or a batch's retries ran out: lost races, or no database
+
+    classes = [OperationalError, InterfaceError, ConnectionError, TimeoutError, Busy]
     try:
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -29,9 +31,10 @@ def _outage_classes():
     except ImportError:  # the embedded server needs no Redis client
         pass
     try:
+        from billiard.exceptions import WorkerLostError  # a Celery pool process killed (OOM, an operator)
         from kombu.exceptions import OperationalError as BrokerUnreachable
 
-        classes.append(BrokerUnreachable)
+        classes += [BrokerUnreachable, WorkerLostError]
     except ImportError:
         pass
     return tuple(classes)
@@ -48,3 +51,19 @@ def log_failure(log, message, *args, level=logging.WARNING):
 
 def one_line(error):
     return " ".join(str(error).split())[:500]
+
+
+class OutagesInOneLine(logging.Filter):
+    """For the log handlers (settings.LOGGING): a record that carries an outage as its exception becomes one WARNING
+    line naming it, without the traceback (and without anything after its message's first line: Celery Beat adds a
+    formatted stack). The server's own code says so itself (log_failure); this is for the libraries it runs on,
+    Celery, kombu and django-celery-beat, which log a broker or database out of reach with its traceback."""
+
+    def filter(self, record):
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and is_outage(error):
+            first = record.getMessage().split("\n", 1)[0]
+            record.msg, record.args = f"{first} (out of reach: {type(error).__name__}: {one_line(error)})", None
+            record.exc_info = record.exc_text = record.stack_info = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True

@@ -216,8 +216,11 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if RESONATE.get("LOG_FORMAT") == "json" else "text",
+            "filters": ["outages"],
         }
     },
+    # A database or broker out of reach is one line, whoever logs it: a traceback in a log means a bug.
+    "filters": {"outages": {"()": "floor.outages.OutagesInOneLine"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO").upper()},
     # Every 4xx of the protocol is an answer, not an incident.
     "loggers": {"django.request": {"level": "ERROR"}},

@@ -1,6 +1,7 @@
 """Outages are logged as one line, bugs with their traceback (floor.outages): a traceback in a log means a bug."""
 
 import logging
+import sys
 
 import pytest
 import redis
@@ -8,7 +9,7 @@ from django.db import OperationalError
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from floor.loops import keep_running
-from floor.outages import is_outage, log_failure
+from floor.outages import OutagesInOneLine, is_outage, log_failure
 from outbox import tasks
 
 log = logging.getLogger("tests.outages")
@@ -56,7 +57,47 @@ def test_the_background_loop_logs_an_outage_without_a_traceback_and_goes_on(capl
         return 1, 0
 
     assert keep_running(step, 0.05, stopping=lambda: len(calls) >= 3, retry_after=0) == 2
-    assert [r.levelname for r in caplog.records] == ["WARNING"] and caplog.records[0].exc_info is None
+    assert [r.levelname for r in caplog.records] == ["WARNING", "WARNING"]
+    assert all(r.exc_info is None for r in caplog.records)
+    assert "step failed; trying again" in caplog.records[0].getMessage()
+    assert "step works again, after 1 failures" in caplog.records[1].getMessage()
+
+
+def test_a_background_step_that_keeps_failing_is_logged_once_in_a_while(caplog):
+    calls = []
+
+    def step():
+        calls.append(1)
+        raise OperationalError("the database system is shutting down")
+
+    keep_running(step, 5, stopping=lambda: len(calls) >= 200, retry_after=0)
+    assert len(calls) == 200 and len(caplog.records) == 1
+
+
+def test_libraries_that_log_an_outage_with_its_traceback_log_one_line(caplog):
+    """Celery Beat logs a broker out of reach with its traceback and a formatted stack (settings.LOGGING's filter)."""
+    record = logging.LogRecord("celery.beat", logging.ERROR, __file__, 1, "Message Error: %s\n%s", None, None)
+    try:
+        raise BrokerUnreachable("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+    except BrokerUnreachable as error:
+        record.args = (error, ["  File ..."])
+        record.exc_info = sys.exc_info()
+    assert OutagesInOneLine().filter(record)
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert record.getMessage() == (
+        "Message Error: Error 111 connecting to 127.0.0.1:6390. Connection refused."
+        " (out of reach: OperationalError: Error 111 connecting to 127.0.0.1:6390. Connection refused.)"
+    )
+
+
+def test_a_library_s_traceback_of_a_bug_is_kept(caplog):
+    record = logging.LogRecord("celery.worker", logging.ERROR, __file__, 1, "Task failed", None, None)
+    try:
+        raise KeyError("a bug")
+    except KeyError:
+        record.exc_info = sys.exc_info()
+    assert OutagesInOneLine().filter(record)
+    assert record.levelname == "ERROR" and record.exc_info is not None
 
 
 def test_a_celery_wake_up_that_meets_an_outage_logs_one_line_and_ends(monkeypatch, caplog):
