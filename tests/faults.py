@@ -99,3 +99,17 @@ class PgProxy:
         self.process.kill()
         self.process.wait()
         self.log.close()
+
+
+def run_deployment(deployment):
+    """A production deployment (tests/chaos, tests/linearizability) started for a module's tests and stopped after
+    them, whatever happens: a generator for a module fixture to yield from."""
+    from django.conf import settings
+
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+        raise RuntimeError("production mode runs on PostgreSQL: mark the test postgres")
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        deployment.stop()

@@ -15,11 +15,10 @@ import dj_database_url
 import httpx
 import psycopg
 import pytest
-from django.conf import settings
 
 from tests.e2e.conftest import database_url  # noqa: F401 (a fixture: a fresh, migrated database)
 from tests.e2e.servers import runtime_python
-from tests.faults import ROOT, OwnRedis, PgProxy, free_port
+from tests.faults import ROOT, OwnRedis, PgProxy, free_port, run_deployment
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request of the load otherwise
 
@@ -168,14 +167,7 @@ def _unix_transport(socket_path):
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
-        raise RuntimeError("production mode runs on PostgreSQL: mark the test postgres")
-    deployment = Deployment(tmp_path_factory.mktemp("chaos"))
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    yield from run_deployment(Deployment(tmp_path_factory.mktemp("chaos")))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -4,8 +4,8 @@ import json
 import logging
 
 import pytest
-from django.conf import settings
 
+from tests.faults import run_deployment
 from tests.linearizability.deployment import Deployment
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
@@ -17,14 +17,7 @@ EXCERPTS = []  # the first counterexample found for each defect put in on purpos
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     """Production mode, started once for the module's tests."""
-    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
-        raise RuntimeError("production mode runs on PostgreSQL: mark the test postgres")
-    deployment = Deployment(tmp_path_factory.mktemp("linearizability"))
-    try:
-        deployment.start()
-        yield deployment
-    finally:
-        deployment.stop()
+    yield from run_deployment(Deployment(tmp_path_factory.mktemp("linearizability")))
 
 
 def pytest_terminal_summary(terminalreporter):
