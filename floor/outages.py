@@ -11,6 +11,11 @@ import sys
 from functools import cache
 
 
+class Outage(Exception):
+    """The server's own exceptions that say something is out of reach (floor.transactions.Busy: a request's retries
+    ran out on lost races or on a database it cannot reach)."""
+
+
 def is_outage(error):
     """Whether `error` says that something the server depends on is out of reach, rather than that the code is wrong."""
     return isinstance(error, _outage_classes())
@@ -20,9 +25,7 @@ def is_outage(error):
 def _outage_classes():
     from django.db import InterfaceError, OperationalError
 
-    from floor.transactions import Busy  # a request's or a batch's retries ran out: lost races, or no database
-
-    classes = [OperationalError, InterfaceError, ConnectionError, TimeoutError, Busy]
+    classes = [Outage, OperationalError, InterfaceError, ConnectionError, TimeoutError]
     try:
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError

@@ -11,7 +11,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, Programm
 
 from floor import rows
 from floor.conf import resonate_settings
-from floor.outages import log_failure
+from floor.outages import Outage, log_failure
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", rows.INVALID_STATEMENT_NAME}
 SHUTDOWN_SQLSTATES = {"57P01", "57P02", "57P03"}
 
 
-class Busy(Exception):
+class Busy(Outage):
     """The operation kept losing races; the caller may retry it."""
 
     answer = "Server busy, please retry"

@@ -10,6 +10,7 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from floor.loops import keep_running
 from floor.outages import OutagesInOneLine, is_outage, log_failure
+from floor.transactions import Unavailable
 from outbox import tasks
 
 log = logging.getLogger("tests.outages")
@@ -23,6 +24,7 @@ log = logging.getLogger("tests.outages")
         redis.exceptions.TimeoutError("Timeout reading from socket"),
         BrokerUnreachable("Connection refused"),
         ConnectionResetError(104, "Connection reset by peer"),
+        Unavailable("run: connection lost while committing"),
     ],
 )
 def test_an_outage_is_logged_as_one_line_naming_what_was_out_of_reach(error, caplog):
