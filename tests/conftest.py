@@ -114,12 +114,14 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselected (never skipped): tests marked slow unless --slow is given, and tests marked postgres in
-    the SQLite pass (bin/test runs the PostgreSQL pass too)."""
+    """Deselected (never skipped): tests marked slow unless --slow is given, tests marked postgres in the SQLite
+    pass and tests marked sqlite in the PostgreSQL pass (bin/test runs both passes)."""
     from django.db import connection
 
     def left_out(item):
         if item.get_closest_marker("slow") and not config.getoption("--slow"):
+            return True
+        if item.get_closest_marker("sqlite") and connection.vendor != "sqlite":
             return True
         return bool(item.get_closest_marker("postgres")) and connection.vendor != "postgresql"
 

@@ -10,7 +10,7 @@ at the end of each history), go to:
 - production mode on PostgreSQL: two `serve` processes (requests alternate between them), the Redis hub, a
   Celery worker and Beat, at DATABASE_PREPARE_THRESHOLD 0, 1, 5 and off; the background is paused (debug.start)
   and time is moved by the histories themselves (resonate:debug_time, debug.tick), so that it is the model's;
-- the embedded server (`manage.py serve`, the mode `bin/serve` runs) on the pass's database.
+- the embedded server (`manage.py serve`, the mode `bin/serve` runs) on SQLite.
 
 Connections, and what each has prepared, live across histories: a threshold is crossed somewhere in the middle
 of one. Every run ends with `manage.py invariants` over the database and with the servers' logs free of 500s
@@ -138,6 +138,7 @@ def test_production_behaves_as_the_specification_at_every_prepare_threshold(thre
     assert_clean_logs(logs)
 
 
+@pytest.mark.sqlite  # the embedded server as bin/serve runs it; the PostgreSQL pass runs production mode above
 def test_the_embedded_server_behaves_as_the_specification(database_url, tmp_path_factory):
     env = {**embedded_env(database_url, server_settings={}), "RESONATE_DEBUG": "true"}  # the model's timings
     logs = tmp_path_factory.mktemp("live-embedded")
