@@ -52,6 +52,17 @@ def log_failure(log, message, *args, level=logging.WARNING):
         log.exception(message, *args)
 
 
+def outage_within(error, depth=4):
+    """The outage that `error` is, or that it was raised from or while handling, within `depth` links of its chain;
+    None if there is none. A library may wrap an outage in its own error: Celery Beat's SchedulingError, raised
+    while handling kombu's OperationalError."""
+    for _ in range(depth):
+        if error is None or is_outage(error):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def one_line(error):
     return " ".join(str(error).split())[:500]
 
@@ -63,8 +74,8 @@ class OutagesInOneLine(logging.Filter):
     Celery, kombu and django-celery-beat, which log a broker or database out of reach with its traceback."""
 
     def filter(self, record):
-        error = record.exc_info[1] if record.exc_info else None
-        if error is not None and is_outage(error):
+        error = outage_within(record.exc_info[1]) if record.exc_info else None
+        if error is not None:
             first = record.getMessage().split("\n", 1)[0]
             record.msg, record.args = f"{first} (out of reach: {type(error).__name__}: {one_line(error)})", None
             record.exc_info = record.exc_text = record.stack_info = None

@@ -92,6 +92,25 @@ def test_libraries_that_log_an_outage_with_its_traceback_log_one_line(caplog):
     )
 
 
+def test_an_outage_a_library_wrapped_in_its_own_error_is_one_line_too():
+    """Celery Beat raises SchedulingError while handling kombu's OperationalError (the broker out of reach)."""
+    from celery.beat import SchedulingError
+
+    record = logging.LogRecord("celery.beat", logging.ERROR, __file__, 1, "Message Error: %s", None, None)
+    try:
+        try:
+            raise BrokerUnreachable("Error 111 connecting to 127.0.0.1:6390. Connection refused.")
+        except BrokerUnreachable:
+            raise SchedulingError("Couldn't apply scheduled task sweep")  # noqa: B904 (as Celery raises it)
+    except SchedulingError as error:
+        record.args, record.exc_info = (error,), sys.exc_info()
+    assert OutagesInOneLine().filter(record)
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert record.getMessage().endswith(
+        "(out of reach: OperationalError: Error 111 connecting to 127.0.0.1:6390. Connection refused.)"
+    )
+
+
 def test_a_library_s_traceback_of_a_bug_is_kept(caplog):
     record = logging.LogRecord("celery.worker", logging.ERROR, __file__, 1, "Task failed", None, None)
     try:
