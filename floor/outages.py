@@ -55,8 +55,10 @@ def log_failure(log, message, *args, level=logging.WARNING):
 def outage_within(error, depth=4):
     """The outage that `error` is, or that it was raised from or while handling, within `depth` links of its chain;
     None if there is none. A library may wrap an outage in its own error: Celery Beat's SchedulingError, raised
-    while handling kombu's OperationalError."""
+    while handling kombu's OperationalError; billiard's ExceptionWithTraceback, which carries a pool process's
+    WorkerLostError (`exc`) to the Celery worker that logs it."""
     for _ in range(depth):
+        error = getattr(error, "exc", error) if type(error).__name__ == "ExceptionWithTraceback" else error
         if error is None or is_outage(error):
             return error
         error = error.__cause__ or error.__context__

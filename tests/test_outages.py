@@ -111,6 +111,22 @@ def test_an_outage_a_library_wrapped_in_its_own_error_is_one_line_too():
     )
 
 
+def test_a_pool_process_lost_is_one_line_too():
+    """A Celery worker logs a pool process killed mid-task as billiard's ExceptionWithTraceback around WorkerLostError
+    (the fault suite's 'kill -9 a Celery worker child')."""
+    from billiard.einfo import ExceptionWithTraceback
+    from billiard.exceptions import WorkerLostError
+
+    lost = ExceptionWithTraceback(WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL) Job: 19."), "tb")
+    record = logging.LogRecord(
+        "celery.worker.request", logging.ERROR, __file__, 1, "Task handler raised error", None, None
+    )
+    record.exc_info = (type(lost), lost, None)
+    assert OutagesInOneLine().filter(record)
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert "out of reach: WorkerLostError: Worker exited prematurely" in record.getMessage()
+
+
 def test_a_library_s_traceback_of_a_bug_is_kept(caplog):
     record = logging.LogRecord("celery.worker", logging.ERROR, __file__, 1, "Task failed", None, None)
     try:
