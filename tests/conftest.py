@@ -115,13 +115,15 @@ def pytest_addoption(parser):
 
 def pytest_collection_modifyitems(config, items):
     """Deselected (never skipped): tests marked slow unless --slow is given, tests marked postgres in the SQLite
-    pass and tests marked sqlite in the PostgreSQL pass (bin/test runs both passes)."""
+    pass and tests marked sqlite or beside_sqlite in the PostgreSQL pass (bin/test runs both passes side by side:
+    beside_sqlite balances their times)."""
     from django.db import connection
 
     def left_out(item):
         if item.get_closest_marker("slow") and not config.getoption("--slow"):
             return True
-        if item.get_closest_marker("sqlite") and connection.vendor != "sqlite":
+        in_sqlite_pass = item.get_closest_marker("sqlite") or item.get_closest_marker("beside_sqlite")
+        if in_sqlite_pass and connection.vendor != "sqlite":
             return True
         return bool(item.get_closest_marker("postgres")) and connection.vendor != "postgresql"
 
