@@ -81,7 +81,7 @@ def prepare_threshold(value):
 
 def database_from_url(url):
     """One DATABASES entry from DATABASE_URL, tuned per backend (SQLite: WAL + immediate transactions)."""
-    db = dj_database_url.parse(url)
+    db = parse_database_url(url)
     if db["ENGINE"] == "django.db.backends.sqlite3":
         db["OPTIONS"] = {
             "transaction_mode": "IMMEDIATE",
@@ -114,6 +114,42 @@ def database_from_url(url):
         # No per-request health check (a round trip each): floor.transactions reconnects and
         # retries when a kept connection turns out to be dead.
     return db
+
+
+def parse_database_url(url):
+    """DATABASE_URL as dj-database-url reads it, and libpq's multi-host form too: postgres://u@h1:p1,h2:p2/db
+    (with ?target_session_attrs=read-write, libpq tries the hosts in turn and keeps the one that takes writes: after
+    a failover, the promoted standby). HOST and PORT then hold comma-separated lists, which libpq reads as such.
+    A URL that cannot be read stops the process with a message that names DATABASE_URL (its password left out)."""
+    scheme, _, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    credentials, _, hosts = netloc.rpartition("@")
+    try:
+        if "," not in hosts or scheme not in ("postgres", "postgresql", "pgsql"):
+            return dj_database_url.parse(url)
+        names, ports = zip(*(_host_and_port(host) for host in hosts.split(",")), strict=True)
+        db = dj_database_url.parse(url.replace(netloc, f"{credentials}@multihost" if credentials else "multihost", 1))
+    except (ValueError, dj_database_url.ParseError) as error:
+        shown = url.replace(credentials, credentials.split(":", 1)[0] + ":***", 1) if ":" in credentials else url
+        raise ImproperlyConfigured(
+            f"DATABASE_URL {shown!r} cannot be read ({error}). Forms: postgres://user:password@host:port/name, "
+            "postgres://user@host1:port1,host2:port2/name?target_session_attrs=read-write, sqlite:///path"
+        ) from None
+    db["HOST"] = ",".join(names)
+    db["PORT"] = ",".join(ports) if any(ports) else ""
+    return db
+
+
+def _host_and_port(entry):
+    """One host of a multi-host URL: (name, port or ''); an IPv6 address in brackets, [::1]:5432."""
+    if entry.startswith("["):
+        name, _, port = entry[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        name, _, port = entry.partition(":")
+    if not name or (port and not port.isdigit()):
+        raise ValueError(f"{entry!r} is not host:port")
+    return name, port
 
 
 DEFAULT_SQLITE = BASE_DIR / "var" / "resonate.sqlite3"

@@ -4,6 +4,8 @@ import re
 
 import pytest
 from django.db import connection
+from hypothesis import given
+from hypothesis import strategies as st
 
 from floor import rows
 from floor.clock import now_ms
@@ -688,6 +690,92 @@ def test_a_prepare_threshold_that_is_neither_a_count_nor_off_is_refused_clearly(
 
     with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARE_THRESHOLD"):
         prepare_threshold(value)
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "port", "options"),
+    [
+        ("postgres://u:pw@h:6432/db", "h", 6432, {}),
+        (
+            "postgres://u@h1:5433,h2:5434/db?target_session_attrs=read-write",
+            "h1,h2",
+            "5433,5434",
+            {"target_session_attrs": "read-write"},
+        ),
+        ("postgresql://u:pw@h1,h2/db", "h1,h2", "", {}),
+        ("postgres://u@h1:5433,h2/db", "h1,h2", "5433,", {}),
+        ("postgres://u@[::1]:5433,[fe80::2]:5434/db", "::1,fe80::2", "5433,5434", {}),
+        (
+            "postgres://u@/db?host=h1,h2&port=1,2&target_session_attrs=read-write",
+            "",
+            "",
+            {"host": "h1,h2", "port": "1,2"},
+        ),
+    ],
+)
+def test_database_url_takes_libpq_s_multi_host_form(url, host, port, options):
+    from resonate_site.settings import parse_database_url
+
+    db = parse_database_url(url)
+    assert (db["HOST"], db["PORT"], db["NAME"]) == (host, port, "db")
+    assert db.get("OPTIONS", {}).items() >= options.items()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgres://u:secret@h:abc,x/db", "postgres://u:secret@h:port/db", "postgres://u:secret@,h/db", "nosuch://x"],
+)
+def test_a_database_url_that_cannot_be_read_is_refused_clearly_without_its_password(url):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from resonate_site.settings import parse_database_url
+
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL .* cannot be read") as refused:
+        parse_database_url(url)
+    assert "secret" not in str(refused.value)
+
+
+@given(st.text(max_size=60).map(lambda tail: "postgres://" + tail))
+def test_any_database_url_is_read_or_refused_clearly(url):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from resonate_site.settings import parse_database_url
+
+    try:
+        parse_database_url(url)
+    except ImproperlyConfigured as refused:
+        assert "cannot be read" in str(refused)
+
+
+@pytest.mark.postgres
+def test_a_multi_host_url_connects_to_the_host_that_answers(tmp_path):
+    """libpq tries the hosts in turn: the first here refuses (nothing listens on its port)."""
+    import subprocess
+    import sys
+
+    from tests.e2e.servers import ROOT, free_port
+
+    settings_dict = connection.settings_dict
+    url = (
+        f"postgres://{settings_dict['USER']}@127.0.0.1:{free_port()},{settings_dict['HOST']}:{settings_dict['PORT']}"
+        "/postgres?target_session_attrs=read-write"
+    )
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.db import connection as c; c.ensure_connection(); print(c.connection.info.port)",
+        ],
+        cwd=ROOT,
+        env={**__import__("os").environ, "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split()[-1] == str(settings_dict["PORT"])
 
 
 @pytest.mark.postgres
