@@ -29,3 +29,22 @@ def server_error(request):
 
 
 handler500 = server_error
+
+PATHS = {
+    "POST /": "the protocol: one JSON envelope per request",
+    "GET /poll/{group}/{id}": "a worker's message stream (SSE)",
+    "GET /health": "liveness",
+    "GET /ready": "readiness: the database and the hub answer",
+    "GET /metrics": "Prometheus metrics",
+    "/api/": "the REST API (its OpenAPI schema: /api/schema/)",
+    "/admin/": "the operators' console",
+}
+
+
+def not_found(request, exception=None):
+    """An unknown path: JSON, as everything else a client of this server reads, saying what exists."""
+    body = {"error": f"no such path: {request.path}", "paths": PATHS}
+    return HttpResponse(orjson.dumps(body), status=404, content_type="application/json")
+
+
+handler404 = not_found

@@ -517,3 +517,24 @@ def test_a_format_parameter_is_an_unknown_parameter_not_a_renderer_choice(api, f
     """Schemathesis found ?format=… answered 404 "Not found." (DRF's renderer override); the API is JSON only."""
     status, body = api.get("tasks", {"format": format})
     assert status == 200 and body["tasks"] == []
+
+
+def test_the_api_root_lists_what_it_holds(api):
+    status, data = api.get("")
+    assert status == 200
+    assert {name: link.rsplit("/api/", 1)[1] for name, link in data.items()} == {
+        "promises": "promises",
+        "tasks": "tasks",
+        "schedules": "schedules",
+        "schema": "schema/",
+        "docs": "docs/",
+    }
+
+
+@pytest.mark.parametrize("path", ["/nope", "/api/nope", "/poll", "/admin-ish"])
+def test_an_unknown_path_answers_a_json_404_that_says_what_exists(client, path):
+    response = client.get(path)
+    assert (response.status_code, response["Content-Type"]) == (404, "application/json")
+    body = orjson.loads(response.content)
+    assert body["error"] == f"no such path: {path}"
+    assert "POST /" in body["paths"]
