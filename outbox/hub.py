@@ -111,6 +111,11 @@ class Stream:
             self.holding.discard(tuple(identity))
         delivered(identity)
 
+    def end(self):
+        """On the stream's event loop: end the stream now, as at its maximum age (its process is stopping)."""
+        with contextlib.suppress(asyncio.QueueFull):  # a full stream is busy: it ends when the server's grace runs out
+            self.queue.put_nowait(ENDING)
+
     def leftovers(self):
         """The identities of the events still queued (the stream is ending without sending them)."""
         found = []
@@ -183,6 +188,10 @@ class MemoryHub:
         with self.lock:
             self.streams.setdefault(group, {})[stream.key] = stream
         return stream
+
+    def open_streams(self):
+        with self.lock:
+            return [stream for streams in self.streams.values() for stream in streams.values()]
 
     async def close(self, stream):
         """Route nothing more to this stream; once this returns, everything routed to it is on its queue."""
@@ -297,6 +306,9 @@ class RedisHub:
             await self.close(stream)  # else it stayed advertised and refreshed, and took messages nobody read
             raise
         return stream
+
+    def open_streams(self):
+        return list(self.streams.values())
 
     async def close(self, stream):
         """Route nothing more to this stream; once this returns, everything routed to it is on its queue.
@@ -635,7 +647,23 @@ class RedisHub:
             self._forgotten[group] += 1
 
 
+ENDING = ("", None)  # on a stream's queue: end now (Stream.end), after sending what was routed to it before
+
+
+def end_streams():
+    """This process is stopping (SIGTERM): every stream it holds ends at once, as at its maximum age (withdrawn from
+    the hub, then sending what was routed to it before), so that its worker reconnects to another process now rather
+    than when the server's grace for requests in flight runs out. Once per process; on its event loop."""
+    global _ended
+    if _hub is None or _ended:
+        return
+    _ended = True
+    for stream in _hub.open_streams():
+        stream.end()
+
+
 _hub = None
+_ended = False
 
 
 def hub():

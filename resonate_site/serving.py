@@ -23,6 +23,7 @@ import weakref
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from floor.conf import resonate_settings
+from outbox.hub import end_streams
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def deadlines(loop):
 
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, closing a connection whose request headers do not arrive within
-    READ_TIMEOUT_MS of its opening or of the request's first byte."""
+    READ_TIMEOUT_MS of its opening or of the request's first byte, and ending streams when the server stops."""
 
     deadlines = None
 
@@ -105,6 +106,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc):
         self._headers_arrived()
         super().connection_lost(exc)
+
+    def shutdown(self):
+        """The server is stopping (SIGTERM): it accepts no more connections and lets requests in flight finish;
+        streams end now, so that their workers reconnect to another process (outbox.hub.end_streams)."""
+        end_streams()
+        super().shutdown()
 
     def _expect_headers(self):
         if self.deadlines is None:

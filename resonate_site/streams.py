@@ -6,7 +6,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
 from floor.conf import resonate_settings
-from outbox.hub import HubUnavailable, hub, requeue
+from outbox.hub import ENDING, HubUnavailable, hub, requeue
 from resonate_site.auth import Denied, authenticate_stream
 from resonate_site.serving import CLOSING
 
@@ -38,7 +38,8 @@ async def events(group, id, closing=never):
     """The stream's lines. It is registered here, not in the view, so a client gone before the first line
     never leaves a registered stream behind (the finally below runs only once the generator has started).
 
-    At its maximum age the stream is closed in the hub first, then sends what was routed to it before.
+    At its maximum age, or when its server process stops (outbox.hub.end_streams), the stream is closed in the hub
+    first, then sends what was routed to it before.
     Whatever it took but never handed on goes back to the outbox: a message is handed on only while
     `closing()` says the connection is open, since a write to a closed one is dropped without an error, and
     counts as sent, and is recorded delivered, only if the connection was still open when the server asked
@@ -60,6 +61,9 @@ async def events(group, id, closing=never):
             except TimeoutError:
                 yield KEEPALIVE
                 continue
+            if in_hand is ENDING:  # its server process is stopping (outbox.hub.end_streams)
+                in_hand = None
+                break
             if closing():
                 return
             yield in_hand[0]
@@ -71,6 +75,8 @@ async def events(group, id, closing=never):
         closed = True
         while not stream.queue.empty() and not closing():
             in_hand = stream.queue.get_nowait()
+            if in_hand is ENDING:
+                continue
             yield in_hand[0]
             if closing():  # as above
                 return

@@ -2,10 +2,13 @@
 
 import signal
 import threading
+import time
 
 import pytest
 
-from tests.e2e.servers import Client, Listener, now_ms
+from resonate_site.management.commands.serve import GRACE_S
+from tests.e2e.conftest import start_embedded
+from tests.e2e.servers import Client, Listener, assert_clean_logs, now_ms
 
 pytestmark = pytest.mark.postgres  # production mode runs on PostgreSQL
 
@@ -81,3 +84,29 @@ def test_anycast_reaches_streams_held_by_either_server_process(production, uniqu
                     got.setdefault(event["data"]["task"]["id"], set()).add(name)
         threading.Event().wait(0.1)
     assert set().union(*got.values()) == {"a", "b"}  # both processes' streams took work (2^-19 to fail by chance)
+
+
+def test_a_server_told_to_stop_ends_its_streams_at_once_and_its_worker_gets_its_messages_from_another(
+    production, unique, tmp_path
+):
+    """SIGTERM (a rolling restart, supervisord's stop): the server takes no new connection and lets requests in
+    flight finish within serve's grace (GRACE_S, 5 s); its streams end at once, sending first what was routed to
+    them, so that their workers reconnect to another server rather than wait out the grace."""
+    leaving = start_embedded(production.servers[0].env, tmp_path / "leaving.log")  # a third server, to stop
+    staying = production.servers[1]
+    worker = Listener(leaving.url, unique, "w1")
+    worker.url = staying.url  # where the worker reconnects once its stream ends
+    told = time.monotonic()
+    leaving.process.popen.terminate()
+    leaving.process.popen.wait(timeout=20)
+    gone_s = time.monotonic() - told
+    leaving.process.stop()
+    assert gone_s < GRACE_S / 2, f"the server took {gone_s:.1f} s to stop: its stream waited for the grace"
+    assert_clean_logs(tmp_path)
+
+    Client(staying.url)(
+        "promise.create",
+        {"id": unique, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": f"poll://any@{unique}"}},
+    )
+    assert worker.next(kind="execute", timeout=15)["data"]["task"]["id"] == unique
+    assert worker.connects == 2
