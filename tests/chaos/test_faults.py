@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ import pytest
 
 from tests.chaos.conftest import LONG, RESULTS
 from tests.chaos.load import Load, Rpc, SseClient, now_ms
-from tests.e2e.servers import assert_clean_logs
+from tests.e2e.servers import ROOT, assert_clean_logs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
@@ -182,6 +183,18 @@ def slow_and_half_open_clients(deployment, load):
     load.health_worst_s = worst
 
 
+def rolling_restart(deployment, load):
+    """`bin/production restart`, as an upgrade runs it: the server processes one at a time, then the worker, then
+    Beat. Each server process is replaced by one that is ready first; the old one finishes what is in flight and
+    ends its streams at once (their workers reconnect to the other)."""
+    old = set(deployment.server_processes())
+    restarted = subprocess.run(
+        ["bin/production", "restart"], cwd=ROOT, env=deployment.env, capture_output=True, text=True, timeout=300
+    )
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert old.isdisjoint(deployment.server_processes())
+
+
 FAULTS = [
     Fault("kill -9 a server process", kill_a_server_process),
     Fault("kill -9 serve (all server processes)", kill_serve),
@@ -197,6 +210,7 @@ FAULTS = [
     Fault("110 streams reset at once", many_streams_reset),
     Fault("streams cut as they open, 20 s", streams_cut_as_they_open),
     Fault("160 slow and half-open clients 10 s", slow_and_half_open_clients),
+    Fault("rolling restart: servers, worker, Beat", rolling_restart),
 ]
 
 
