@@ -20,7 +20,12 @@ def main():
             os.environ["RESONATE_MANAGE_VENV"] = str(venv_python)  # once: a broken .venv is not retried forever
             os.execv(venv_python, [str(venv_python), __file__, *sys.argv[1:]])
         raise SystemExit("manage.py: Django is not installed for this Python; run bin/setup first") from None
-    execute_from_command_line(sys.argv)
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as error:  # a setting that cannot be read (DATABASE_URL, …): its message, no traceback
+        raise SystemExit(f"manage.py: {error}") from None
 
 
 if __name__ == "__main__":

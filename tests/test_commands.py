@@ -433,3 +433,35 @@ def test_prune_works_in_batches_and_dry_run_deletes_nothing():
 def test_bad_prune_input_is_a_command_error_that_deletes_nothing(args, message):
     old_settled("old")
     assert message in fails("prune", *args)
+
+
+@pytest.mark.parametrize(
+    ("settings_", "said"),
+    [
+        ({}, "production mode needs RESONATE_AUTH_PUBLIC_KEY_FILE"),
+        ({"RESONATE_AUTH_PUBLIC_KEY_FILE": "/no/such/key.pem"}, "No such file or directory"),
+        ({"RESONATE_AUTH_DISABLED": "true", "DATABASE_URL": "postgres://u:pw@h:port/db"}, "DATABASE_URL"),
+        ({"RESONATE_AUTH_DISABLED": "true", "RESONATE_HUB_URL": ""}, "RESONATE_HUB_URL"),
+    ],
+)
+def test_bin_production_refuses_to_start_on_a_configuration_error_and_says_why(tmp_path, settings_, said):
+    """Not a supervisord restarting a server that cannot start, with the reason only in var/run/server.log."""
+    import os
+    import subprocess
+
+    from tests.e2e.servers import ROOT, runtime_python
+
+    env = {
+        **{name: value for name, value in os.environ.items() if not name.startswith(("RESONATE_", "DATABASE_"))},
+        "RESONATE_PYTHON": runtime_python(),
+        "RESONATE_RUN_DIR": str(tmp_path),
+        "RESONATE_HUB_URL": "redis://127.0.0.1:6379/5",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/5",
+        **settings_,
+    }
+    started = subprocess.run(["bin/production"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 1
+    assert said in started.stderr
+    assert "bin/production: not started" in started.stderr
+    assert "pw" not in started.stderr
+    assert not (tmp_path / "supervisord.pid").exists()

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from floor.conf import resonate_settings
 from floor.counters import multiprocess_dir
 from outbox.dispatch import Deliverer
-from resonate_site.auth import refuse_unprotected
+from resonate_site.auth import check_auth, refuse_unprotected
 from resonate_site.metrics import clear_if_unused
 from resonate_site.serving import PARENT
 from timeouts.sweeper import keep_sweeping
@@ -30,8 +30,11 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8001)
         parser.add_argument("--workers", type=int, default=1, help="server processes (RESONATE_BACKGROUND=celery)")
         parser.add_argument("--log-level", default="info")
+        parser.add_argument(
+            "--check", action="store_true", help="check the configuration as a start would, then exit (bin/production)"
+        )
 
-    def handle(self, *args, host, port, workers, log_level, **options):
+    def handle(self, *args, host, port, workers, log_level, check, **options):
         embedded = resonate_settings.BACKGROUND == "embedded"
         if embedded and workers > 1:
             raise CommandError("several server processes need RESONATE_BACKGROUND=celery (and a Redis hub)")
@@ -39,6 +42,11 @@ class Command(BaseCommand):
             refuse_unprotected(host)
         except ImproperlyConfigured as error:
             raise CommandError(str(error)) from error
+        if refused := check_auth(None):  # a key file that cannot be read
+            raise CommandError(refused[0].msg)
+        if check:
+            self.stdout.write(f"serve: the configuration holds ({'embedded' if embedded else 'production'} mode)")
+            return
         if multiprocess_dir():
             clear_if_unused(multiprocess_dir())
         elif workers > 1:
