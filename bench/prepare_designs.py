@@ -378,7 +378,7 @@ def cpu_s(pids):
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue
         found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return found
@@ -391,7 +391,7 @@ def session_pids(leader):
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # a process that ended meanwhile
                 continue
             if int(fields[3]) == leader:
                 pids.append(int(entry.name))
