@@ -4,14 +4,18 @@ The machine's own PostgreSQL and Redis are shared and never stopped: tests kill 
 Redis (another port) and cut, refuse and slow PostgreSQL connections at the proxy.
 """
 
+import glob
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import psycopg
 
 from tests.chaos.proxy import Proxy
 from tests.e2e.servers import ROOT, free_port
@@ -113,3 +117,127 @@ def run_deployment(deployment):
         yield deployment
     finally:
         deployment.stop()
+
+
+class PgCluster:
+    """A PostgreSQL primary and a streaming standby of the fault tests' own: the machine's PostgreSQL binaries (initdb,
+    pg_basebackup, pg_ctl) run as the postgres user, on ports and in a directory of their own. The machine's own
+    cluster is never touched.
+
+    synchronous: the primary waits for the standby to have each commit's WAL before it answers
+    (synchronous_standby_names), or not. replication_delay_ms: the standby's WAL stream passes through a PgProxy that
+    holds it that long (a standby behind its primary, as over a slow link).
+    """
+
+    USER = "postgres"
+
+    def __init__(self, synchronous=True, replication_delay_ms=0):
+        self.directory = Path(tempfile.mkdtemp(prefix="resonate-pg-"))  # not under pytest's root-only tmp dirs
+        shutil.chown(self.directory, self.USER)
+        self.synchronous, self.replication_delay_ms = synchronous, replication_delay_ms
+        self.ports = {"primary": free_port(), "standby": free_port()}
+        self.replication = None  # the PgProxy the WAL stream goes through, when delayed
+        self.bin = Path(sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1])
+
+    def run(self, *args, check=True):
+        """A PostgreSQL program as the postgres user (initdb and postgres refuse to run as root)."""
+        program = str(self.bin / args[0])
+        return subprocess.run(
+            ["runuser", "-u", self.USER, "--", program, *args[1:]],
+            cwd=self.directory,
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def data(self, node):
+        return self.directory / node
+
+    def start(self):
+        self.run("initdb", "-D", str(self.data("primary")), "-U", self.USER, "--auth=trust", "-N")
+        self.configure(
+            "primary",
+            wal_level="replica",
+            max_wal_senders=4,
+            wal_keep_size="256MB",
+            synchronous_standby_names="'standby'" if self.synchronous else "''",
+        )
+        self.pg_ctl("primary", "start")
+        upstream_port = self.ports["primary"]
+        if self.replication_delay_ms:
+            self.replication = PgProxy(self.directory, upstream=f"127.0.0.1:{upstream_port}")
+            self.replication(f"delay {self.replication_delay_ms}")
+            upstream_port = self.replication.port
+        self.run(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(self.ports["primary"]), "-U", self.USER,
+            "-D", str(self.data("standby")), "-X", "stream", "-R",
+        )  # fmt: skip
+        self.configure(
+            "standby",
+            primary_conninfo=f"'host=127.0.0.1 port={upstream_port} user={self.USER} application_name=standby'",
+            # Promoted, it has no standby of its own: waiting for one (the primary's setting, which pg_basebackup
+            # copied) would hold every commit for ever. A failover manager (Patroni) sets this on promotion.
+            synchronous_standby_names="''",
+        )
+        self.pg_ctl("standby", "start")
+        self.wait_streaming()
+        return self
+
+    def configure(self, node, **settings):
+        settings = {
+            "port": self.ports[node],
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.directory}'",
+            "max_connections": 200,
+            "hot_standby": "on",
+            **settings,
+        }
+        with open(self.data(node) / "postgresql.auto.conf", "a") as conf:
+            conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+
+    def pg_ctl(self, node, *args):
+        log = self.directory / f"{node}.log"
+        return self.run("pg_ctl", "-D", str(self.data(node)), "-l", str(log), "-w", *args)
+
+    def wait_streaming(self, timeout=60):
+        """Until the primary sees its standby streaming (and, if synchronous, as its synchronous standby)."""
+        wanted = "sync" if self.synchronous else "async"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.dsn("primary"), autocommit=True) as connection:
+                found = connection.execute("SELECT state, sync_state FROM pg_stat_replication").fetchall()
+            if ("streaming", wanted) in found:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the standby is not streaming after {timeout} s; see {self.directory}/standby.log")
+
+    def dsn(self, node, database="postgres"):
+        return f"host=127.0.0.1 port={self.ports[node]} user={self.USER} dbname={database}"
+
+    def multi_host_url(self, database):
+        """libpq's multi-host form: the processes find whichever node takes writes."""
+        hosts = ",".join(f"127.0.0.1:{self.ports[node]}" for node in ("primary", "standby"))
+        return f"postgres://{self.USER}@{hosts}/{database}?target_session_attrs=read-write"
+
+    def create_database(self, name):
+        with psycopg.connect(self.dsn("primary"), autocommit=True) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+
+    def crash_primary(self):
+        """pg_ctl stop -m immediate: the primary's processes quit at once, as when its machine is lost; so is the WAL
+        on its way to a standby behind it (the replication proxy's connections reset, what they held dropped)."""
+        if self.replication is not None:
+            self.replication("refuse")
+        self.pg_ctl("primary", "stop", "-m", "immediate")
+
+    def promote(self):
+        self.pg_ctl("standby", "promote")
+
+    def stop(self):
+        for node in ("primary", "standby"):
+            if (self.data(node) / "postmaster.pid").exists():
+                self.pg_ctl(node, "stop", "-m", "immediate")
+        if self.replication is not None:
+            self.replication.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -36,21 +36,32 @@ SETTINGS = {
 
 
 class Deployment:
-    def __init__(self, directory):
+    """bin/production on a database of its own: by default on the machine's PostgreSQL behind a PgProxy (`proxy`);
+    on a PgCluster's when given one (`served_url` and `direct_url` then name the database as the processes and the
+    checks reach it)."""
+
+    def __init__(self, directory, cluster=None, served_url=None):
         self.directory = Path(directory)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.redis = OwnRedis(self.directory).start()
-        self.proxy = PgProxy(self.directory)
         self.database = f"resonate_chaos_{uuid.uuid4().hex[:10]}"
-        admin = dj_database_url.parse(os.environ["DATABASE_URL"])
-        self.admin_dsn = f"host={admin['HOST']} port={admin['PORT']} user={admin['USER']} dbname=postgres"
-        self.direct_url = f"postgres://{admin['USER']}@{admin['HOST']}:{admin['PORT']}/{self.database}"
+        self.cluster = cluster
+        if cluster is None:
+            self.proxy = PgProxy(self.directory)
+            admin = dj_database_url.parse(os.environ["DATABASE_URL"])
+            self.admin_dsn = f"host={admin['HOST']} port={admin['PORT']} user={admin['USER']} dbname=postgres"
+            self.direct_url = f"postgres://{admin['USER']}@{admin['HOST']}:{admin['PORT']}/{self.database}"
+            served_url = self.proxy.url(self.database, admin["USER"])
+        else:
+            self.proxy = None
+            self.direct_url = cluster.multi_host_url(self.database)
+            served_url = served_url(self.database)
         python = runtime_python()
         self.env = {
             **os.environ,
             **SETTINGS,
-            "DATABASE_URL": self.proxy.url(self.database, admin["USER"]),
+            "DATABASE_URL": served_url,
             "RESONATE_HUB_URL": self.redis.url,
             "CELERY_BROKER_URL": self.redis.url,
             "RESONATE_AUTH_DISABLED": "true",
@@ -65,8 +76,11 @@ class Deployment:
         self.supervisord = None
 
     def start(self):
-        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
-            connection.execute(f'CREATE DATABASE "{self.database}"')
+        if self.cluster is None:
+            with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+                connection.execute(f'CREATE DATABASE "{self.database}"')
+        else:
+            self.cluster.create_database(self.database)
         self.manage("migrate", "-v", "0")
         self.log = open(self.directory / "bin-production.log", "w")  # noqa: SIM115 (closed in stop)
         self.supervisord = subprocess.Popen(
@@ -153,10 +167,11 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 self.supervisord.kill()
             self.log.close()
-        self.proxy.stop()
         self.redis.stop()
-        with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        if self.cluster is None:
+            self.proxy.stop()
+            with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
+                connection.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
 
 def _unix_transport(socket_path):

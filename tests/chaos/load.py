@@ -295,7 +295,10 @@ class Load:
         lost = self.missing()
         doubled = [id for id, count in ledger.fulfilled.items() if count > 1]
         for id, kind in ledger.workflows.items():  # the record agrees with what the worker did, exactly once
-            _, data = rpc("promise.get", {"id": id})
+            status, data = rpc("promise.get", {"id": id})
+            if status == 404:  # acknowledged, then gone (a failover to a standby that never received it)
+                lost.append(f"{id} ({kind}): gone")
+                continue
             if data["promise"]["state"] != "resolved" or data["promise"]["value"].get("data") != f"done:{id}":
                 lost.append(f"{id} ({kind}): {data['promise']['state']}")
         duplicated, early, lateness = [], [], []

@@ -8,6 +8,7 @@ with one-line commands on the control port (`Proxy` below is the client):
     accept          listen again
     delay MS        forward every chunk MS milliseconds late, in both directions
     normal          delay 0, and listening
+    upstream H:P    send new connections to H:P and reset the open ones (an address that moves to a new primary)
     count           how many connections are open
 """
 
@@ -100,6 +101,10 @@ class TcpProxy:
             self.delay = 0.0
             if self.server is None:
                 await self.start()
+        elif verb == "upstream":
+            host, _, port = args[0].rpartition(":")
+            self.upstream = (host, int(port))
+            self.drop()
         elif verb == "count":
             return str(len(self.pairs))
         else:
