@@ -32,19 +32,6 @@ def database_url(tmp_path_factory):
     yield from new_postgres_database(os.environ["DATABASE_URL"])
 
 
-POSTGRES_BESIDE = "RESONATE_TEST_POSTGRES_URL"  # the PostgreSQL of tests marked beside_sqlite, in the SQLite pass
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    """A new, migrated PostgreSQL database in either pass: on the PostgreSQL of DATABASE_URL in the PostgreSQL pass,
-    on RESONATE_TEST_POSTGRES_URL's (the machine's 127.0.0.1:5432 unless set) in the SQLite pass."""
-    if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
-        yield from new_postgres_database(os.environ["DATABASE_URL"])
-    else:
-        yield from new_postgres_database(os.environ.get(POSTGRES_BESIDE, "postgres://postgres@127.0.0.1:5432/postgres"))
-
-
 def new_postgres_database(server_url):
     """Yield the URL of a new, migrated database on the PostgreSQL server of `server_url`; drop it afterwards."""
     name = f"resonate_e2e_{uuid.uuid4().hex[:12]}"

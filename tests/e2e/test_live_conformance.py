@@ -9,9 +9,7 @@ at the end of each history), go to:
 
 - production mode on PostgreSQL: two `serve` processes (requests alternate between them), the Redis hub, a
   Celery worker and Beat, at DATABASE_PREPARE_THRESHOLD 0, 1, 5 and off; the background is paused (debug.start)
-  and time is moved by the histories themselves (resonate:debug_time, debug.tick), so that it is the model's.
-  Thresholds 0 and off run in the PostgreSQL pass, 1 and 5 beside the SQLite pass (on a PostgreSQL database of
-  their own), which would otherwise end minutes before it;
+  and time is moved by the histories themselves (resonate:debug_time, debug.tick), so that it is the model's;
 - the embedded server (`manage.py serve`, the mode `bin/serve` runs) on SQLite.
 
 Connections, and what each has prepared, live across histories: a threshold is crossed somewhere in the middle
@@ -37,7 +35,7 @@ from tests.conftest import Protocol
 from tests.e2e.conftest import Cluster, embedded_env, start_embedded
 from tests.e2e.servers import assert_clean_logs, run_invariants
 
-REDIS_DB = {"0": 8, "off": 8, "1": 9, "5": 9}  # the machine's Redis, one database per pass (the production fixture: 7)
+REDIS_DB = 8  # the machine's Redis, a database of its own (the production fixture uses 7)
 
 
 class LiveProtocol(Protocol):
@@ -115,25 +113,17 @@ def run_histories(urls, label):
         print(f"\nlive conformance {label}: {histories} histories, {steps} steps, {elapsed:.1f} s")
 
 
-@pytest.mark.parametrize(
-    "threshold",
-    [
-        pytest.param("0", marks=pytest.mark.postgres),
-        pytest.param("1", marks=pytest.mark.beside_sqlite),
-        pytest.param("5", marks=pytest.mark.beside_sqlite),
-        pytest.param("off", marks=pytest.mark.postgres),
-    ],
-)
-def test_production_behaves_as_the_specification_at_every_prepare_threshold(threshold, postgres_url, tmp_path_factory):
-    redis_db = REDIS_DB[threshold]
-    redis.Redis(db=redis_db).flushdb()
+@pytest.mark.postgres
+@pytest.mark.parametrize("threshold", ["0", "1", "5", "off"])
+def test_production_behaves_as_the_specification_at_every_prepare_threshold(threshold, database_url, tmp_path_factory):
+    redis.Redis(db=REDIS_DB).flushdb()
     env = {
         **os.environ,
-        "DATABASE_URL": postgres_url,
+        "DATABASE_URL": database_url,
         "DATABASE_PREPARE_THRESHOLD": threshold,
         "RESONATE_BACKGROUND": "celery",
-        "RESONATE_HUB_URL": f"redis://127.0.0.1:6379/{redis_db}",
-        "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "RESONATE_HUB_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+        "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
         "RESONATE_AUTH_DISABLED": "true",
         "RESONATE_DEBUG": "true",
     }
@@ -144,7 +134,7 @@ def test_production_behaves_as_the_specification_at_every_prepare_threshold(thre
         run_histories([server.url for server in cluster.servers], f"production, threshold {threshold}")
     finally:
         cluster.stop()
-    run_invariants(postgres_url)
+    run_invariants(database_url)
     assert_clean_logs(logs)
 
 
