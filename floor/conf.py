@@ -5,8 +5,11 @@ import threading
 
 from django.conf import settings
 from django.core.checks import Error, register
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+
+from floor import redis_urls
 
 DEFAULTS = {
     # Protocol
@@ -151,11 +154,15 @@ def check_settings(app_configs, **kwargs):
             errors.append(Error(f"RESONATE['{name}'] must be at least 1, got {value!r}", id="resonate.E003"))
         elif name in CHOICES and value not in CHOICES[name]:
             errors.append(Error(f"RESONATE['{name}'] must be one of {sorted(CHOICES[name])}", id="resonate.E004"))
-    if resonate_settings.BACKGROUND == "celery" and not resonate_settings.HUB_URL.startswith("redis://"):
+    if resonate_settings.BACKGROUND == "celery" and not resonate_settings.HUB_URL.startswith(redis_urls.SCHEMES):
         errors.append(
             Error(
-                "RESONATE_BACKGROUND=celery needs RESONATE_HUB_URL=redis://… (streams span processes)",
+                "RESONATE_BACKGROUND=celery needs RESONATE_HUB_URL=redis://… or sentinel://… (streams span processes)",
                 id="resonate.E005",
             )
         )
+    try:
+        redis_urls.sentinels(resonate_settings.HUB_URL)
+    except ImproperlyConfigured as error:
+        errors.append(Error(f"RESONATE_HUB_URL {error}", id="resonate.E006"))
     return errors

@@ -30,6 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from floor import redis_urls
 from floor.protocol import parse_poll_address
 
 log = logging.getLogger(__name__)
@@ -368,7 +369,7 @@ class RedisHub:
             return
         import redis.asyncio
 
-        pool = redis.asyncio.BlockingConnectionPool.from_url(self.url, **self.pool_options(retries=0))
+        pool = redis_urls.async_pool(self.url, **self.pool_options(retries=0))
         self.client = redis.asyncio.Redis(connection_pool=pool)
         self.up = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -471,7 +472,7 @@ class RedisHub:
             if self._sync is None:
                 import redis
 
-                pool = redis.BlockingConnectionPool.from_url(self.url, **self.pool_options(retries=1))
+                pool = redis_urls.sync_pool(self.url, **self.pool_options(retries=1))
                 self._sync = redis.Redis(connection_pool=pool)
             return self._sync
 

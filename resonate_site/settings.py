@@ -6,6 +6,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from floor import redis_urls
 from floor.conf import beat_seconds, from_environment
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -210,7 +211,8 @@ RESONATE = from_environment()
 
 # Celery: production mode's background workers (RESONATE_BACKGROUND=celery). Beat's schedule lives in
 # the database (django-celery-beat) and is seeded from CELERY_BEAT_SCHEDULE when Beat starts.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# redis://…, or sentinel://h1:26379,h2:26379/service/db (floor/redis_urls.py), which kombu takes in its own form.
+CELERY_BROKER_URL, _broker_options = redis_urls.broker(os.environ)
 CELERY_TASK_IGNORE_RESULT = True
 # Tasks are wake-up calls: what they act on (due timeouts, undelivered messages) is claimed in the database,
 # and a task lost with its worker is made good by the next periodic one. Acknowledging on receipt also keeps
@@ -224,6 +226,7 @@ CELERY_WORKER_CONSUMER = "resonate_site.celery:Consumer"  # ... and notice its e
 # Publishing runs after a request's commit: it must fail fast rather than hold the request when the broker is
 # down or stalled (the periodic delivery pass sends what it could not announce).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 2, "max_retries": 1}
+CELERY_BROKER_TRANSPORT_OPTIONS.update(_broker_options)  # Sentinel's master_name
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
