@@ -48,10 +48,10 @@ class OwnRedis:
     def url(self):
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self):
+    def start(self, extra=()):
         self.log = open(self.directory / f"redis-{self.port}.log", "a")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra],
             cwd=self.directory,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -105,13 +105,18 @@ class PgProxy:
         self.log.close()
 
 
-def run_deployment(deployment):
-    """A production deployment (tests/chaos, tests/linearizability) started for a module's tests and stopped after
-    them, whatever happens: a generator for a module fixture to yield from."""
-    from django.conf import settings
+def postgres_server_url():
+    """The PostgreSQL server tests make their databases on: DATABASE_URL's in the PostgreSQL pass; in the SQLite pass
+    (tests marked beside_sqlite) RESONATE_TEST_POSTGRES_URL's, by default the machine's 127.0.0.1:5432."""
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith(("postgres://", "postgresql://")):
+        return url
+    return os.environ.get("RESONATE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 
-    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
-        raise RuntimeError("production mode runs on PostgreSQL: mark the test postgres")
+
+def run_deployment(deployment):
+    """A production deployment (tests/chaos, tests/failover, tests/linearizability) started for a module's tests and
+    stopped after them, whatever happens: a generator for a module fixture to yield from."""
     try:
         deployment.start()
         yield deployment
@@ -241,3 +246,77 @@ class PgCluster:
         if self.replication is not None:
             self.replication.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class OwnSentinel:
+    """A Redis primary, its replica and three sentinels of the fault tests' own (Debian's redis-server, in sentinel
+    mode for the sentinels), on ports of their own, nothing on disk: kill_primary() and the sentinels promote the
+    replica within about 2 s (down-after 1 s, then their vote)."""
+
+    SERVICE = "resonate"
+
+    def __init__(self, directory):
+        self.directory = Path(directory) / f"sentinel-{free_port()}"
+        self.directory.mkdir()
+        self.primary = OwnRedis(self.directory)
+        self.replica = OwnRedis(self.directory)
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.sentinels = []
+
+    @property
+    def url(self):
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"sentinel://{hosts}/{self.SERVICE}/0"
+
+    def start(self):
+        self.primary.start()
+        self.replica.start(extra=["--replicaof", "127.0.0.1", str(self.primary.port)])
+        for port in self.sentinel_ports:
+            conf = self.directory / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                f"sentinel monitor {self.SERVICE} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.SERVICE} 1000\n"
+                f"sentinel failover-timeout {self.SERVICE} 5000\n"
+            )
+            log = open(self.directory / f"sentinel-{port}.log", "w")  # noqa: SIM115 (closed with the process)
+            process = subprocess.Popen(
+                [self.primary.binary, str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT
+            )
+            self.sentinels.append((process, log))
+            wait_for_port(port)
+        self.wait_for_primary(self.primary.port)
+        return self
+
+    def primary_port(self):
+        """The port of the primary as the sentinels name it now (None while they cannot say)."""
+        import redis
+
+        for port in self.sentinel_ports:
+            try:
+                found = redis.Redis(port=port, socket_timeout=1).sentinel_get_master_addr_by_name(self.SERVICE)
+            except redis.RedisError:
+                continue
+            if found:
+                return int(found[1])
+        return None
+
+    def wait_for_primary(self, port, timeout=30):
+        deadline = time.monotonic() + timeout
+        while self.primary_port() != port:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the sentinels do not name 127.0.0.1:{port} primary after {timeout} s")
+            time.sleep(0.1)
+
+    def kill_primary(self):
+        """SIGKILL the primary; returns once the sentinels name the replica primary in its place."""
+        self.primary.kill()
+        self.wait_for_primary(self.replica.port)
+
+    def stop(self):
+        for process, log in self.sentinels:
+            process.kill()
+            process.wait()
+            log.close()
+        self.primary.kill()
+        self.replica.kill()

@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.conftest import database_url  # noqa: F401 (a fixture: a fresh, migrated database)
 from tests.e2e.servers import runtime_python
-from tests.faults import ROOT, OwnRedis, PgProxy, free_port, run_deployment
+from tests.faults import ROOT, OwnRedis, PgProxy, free_port, postgres_server_url, run_deployment
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request of the load otherwise
 
@@ -38,18 +38,21 @@ SETTINGS = {
 class Deployment:
     """bin/production on a database of its own: by default on the machine's PostgreSQL behind a PgProxy (`proxy`);
     on a PgCluster's when given one (`served_url` and `direct_url` then name the database as the processes and the
-    checks reach it)."""
+    checks reach it). Its hub and broker: a Redis of its own, or the one given (an OwnSentinel). `restore`: a pg_dump
+    archive the new database is restored from (then migrated, as an upgrade would)."""
 
-    def __init__(self, directory, cluster=None, served_url=None):
+    def __init__(self, directory, cluster=None, served_url=None, redis=None, port=None, restore=None):
         self.directory = Path(directory)
-        self.port = free_port()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.restore = restore  # a pg_dump archive (-Fc) the new database is restored from before it is migrated
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.redis = OwnRedis(self.directory).start()
+        self.redis = redis or OwnRedis(self.directory).start()  # or an OwnSentinel's primary, replica and sentinels
         self.database = f"resonate_chaos_{uuid.uuid4().hex[:10]}"
         self.cluster = cluster
         if cluster is None:
             self.proxy = PgProxy(self.directory)
-            admin = dj_database_url.parse(os.environ["DATABASE_URL"])
+            admin = dj_database_url.parse(postgres_server_url())
             self.admin_dsn = f"host={admin['HOST']} port={admin['PORT']} user={admin['USER']} dbname=postgres"
             self.direct_url = f"postgres://{admin['USER']}@{admin['HOST']}:{admin['PORT']}/{self.database}"
             served_url = self.proxy.url(self.database, admin["USER"])
@@ -81,6 +84,8 @@ class Deployment:
                 connection.execute(f'CREATE DATABASE "{self.database}"')
         else:
             self.cluster.create_database(self.database)
+        if self.restore is not None:
+            subprocess.run(["pg_restore", "--no-owner", "-d", self.direct_url, str(self.restore)], check=True)
         self.manage("migrate", "-v", "0")
         self.log = open(self.directory / "bin-production.log", "w")  # noqa: SIM115 (closed in stop)
         self.supervisord = subprocess.Popen(
@@ -186,6 +191,7 @@ def deployment(tmp_path_factory):
 
 
 def pytest_terminal_summary(terminalreporter):
+    """The table of RESULTS (tests/chaos, tests/failover), printed and appended to var/chaos.jsonl once."""
     if not RESULTS:
         return
     terminalreporter.section("faults injected into production mode: what the ledger showed")
@@ -203,3 +209,4 @@ def pytest_terminal_summary(terminalreporter):
                 f" {row['lost']:>5} {row['duplicated']:>4} {row['early']:>5} {late:>9}"
             )
             f.write(json.dumps(row) + "\n")
+    RESULTS.clear()

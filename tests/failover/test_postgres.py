@@ -23,7 +23,7 @@ from tests.chaos.test_faults import AFTER_S, RATE, RECOVERY_BOUND_S, WARMUP_S, r
 from tests.e2e.servers import assert_clean_logs
 from tests.faults import PgCluster, PgProxy, run_deployment
 
-pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
+pytestmark = [pytest.mark.beside_sqlite, pytest.mark.chaos]  # their own PostgreSQL and Redis
 
 PROMOTED_AFTER_S = 1.2  # from the primary's loss to the standby's promotion
 
