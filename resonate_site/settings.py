@@ -153,6 +153,14 @@ def _host_and_port(entry):
     return name, port
 
 
+# PostgreSQL migrations (floor/postgresql/base.py): a lock waited for at most 2 s, a statement at most 10 s (an
+# index is built CONCURRENTLY, outside that bound). Unsafe operations are not refused here: the released
+# migrations of django-celery-beat add NOT NULL columns, harmless on the empty tables of a first migrate; ours are
+# checked by tests/test_migrations.py.
+ZERO_DOWNTIME_MIGRATIONS_LOCK_TIMEOUT = "2s"
+ZERO_DOWNTIME_MIGRATIONS_STATEMENT_TIMEOUT = "10s"
+ZERO_DOWNTIME_MIGRATIONS_FLEXIBLE_STATEMENT_TIMEOUT = True
+
 DEFAULT_SQLITE = BASE_DIR / "var" / "resonate.sqlite3"
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE}"))}
 if os.environ.get("DATABASE_TEST_NAME"):

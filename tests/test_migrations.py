@@ -8,9 +8,11 @@ fill without a default. Migrations released before this rule are listed below an
 import importlib
 import shutil
 import sys
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django_migration_linter import MigrationLinter
 
 APPS = ["promises", "tasks", "schedules", "outbox"]
@@ -40,6 +42,50 @@ def test_every_migration_since_the_rule_can_run_beside_the_previous_release():
     assert linter.nb_warnings == 0
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_postgresql_migrations_wait_briefly_for_locks_and_build_indexes_concurrently(tmp_path, settings, monkeypatch):
+    """The previous release keeps serving while a migration runs: a migration never queues requests for long behind
+    a lock it waits for, and an index is built without locking writes out (floor/postgresql/base.py)."""
+    altering = StringIO()
+    call_command("sqlmigrate", "promises", "0003_fewer_indexes", stdout=altering)
+    assert "SET lock_timeout TO '2s';" in altering.getvalue()
+
+    package = inject("outbox", ADDS_AN_INDEX, tmp_path, settings, monkeypatch)
+    indexing = StringIO()
+    try:
+        call_command("sqlmigrate", "outbox", "9001_an_index", stdout=indexing)
+    finally:
+        sys.modules.pop(package, None)
+    assert "CREATE INDEX CONCURRENTLY" in indexing.getvalue()
+
+
+ADDS_AN_INDEX = """
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    atomic = False
+    dependencies = [("outbox", "{last}")]
+    operations = [migrations.AddIndex("message", models.Index(fields=["attempts"], name="outbox_msg_attempts_x"))]
+"""
+
+
+def inject(app, migration, tmp_path, settings, monkeypatch):
+    """The app's migrations and `migration` after them (as 9001_…), as the app's migration module: its name."""
+    package = f"injected_{app}_migrations"
+    shutil.copytree(
+        importlib.import_module(f"{app}.migrations").__path__[0],
+        tmp_path / package,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    name = "9001_an_index" if "AddIndex" in migration else "9001_drop_a_column_still_read"
+    (tmp_path / package / f"{name}.py").write_text(migration.format(last=sorted(migration_names(app))[-1]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings.MIGRATION_MODULES = {app: package}
+    return package
+
+
 INCOMPATIBLE = """
 from django.db import migrations
 
@@ -53,18 +99,11 @@ class Migration(migrations.Migration):
 @pytest.mark.django_db(transaction=True)
 def test_the_check_fails_on_a_migration_the_previous_release_cannot_run_beside(tmp_path, settings, monkeypatch):
     """A column dropped while the previous release's servers still read it: the linter must say no."""
-    import outbox.migrations
-
-    package = tmp_path / "injected_outbox_migrations"
-    shutil.copytree(outbox.migrations.__path__[0], package, ignore=shutil.ignore_patterns("__pycache__"))
-    last = sorted(migration_names("outbox"))[-1]
-    (package / "9001_drop_a_column_still_read.py").write_text(INCOMPATIBLE.format(last=last))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    settings.MIGRATION_MODULES = {"outbox": "injected_outbox_migrations"}
+    package = inject("outbox", INCOMPATIBLE, tmp_path, settings, monkeypatch)
     try:
         linter = lint()
     finally:
-        sys.modules.pop("injected_outbox_migrations", None)
+        sys.modules.pop(package, None)
     assert linter.has_errors
     assert linter.nb_erroneous == 1
 
