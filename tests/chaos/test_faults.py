@@ -324,5 +324,7 @@ def test_a_server_process_killed_right_after_its_commit_loses_no_message(deploym
 
 def test_no_500_and_no_traceback_in_any_log_after_every_fault(deployment):
     """Faults are the world's: each is logged as one line saying what was out of reach (floor.outages). A traceback
-    is a bug, and so is a 500 (a lost race or an unreachable database answers 503)."""
+    is a bug, and so is a 500 (a lost race or an unreachable database answers 503). A serve started while its killed
+    predecessor's processes still held the port waits for it rather than fail to bind."""
     assert_clean_logs(*deployment.logs())
+    assert "address already in use" not in (deployment.directory / "run" / "server.log").read_text().lower()

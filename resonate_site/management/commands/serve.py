@@ -4,8 +4,11 @@ In the embedded mode (the default, RESONATE_BACKGROUND=embedded) the same proces
 timeouts and delivers messages, in two threads. In production mode Celery workers and Beat do that.
 """
 
+import errno
 import os
+import socket
 import threading
+import time
 
 import uvicorn
 from django.core.exceptions import ImproperlyConfigured
@@ -19,6 +22,7 @@ from resonate_site.metrics import clear_if_unused
 from resonate_site.serving import PARENT
 from timeouts.sweeper import keep_sweeping
 
+PORT_WAIT_S = 15  # how long a new serve waits for its port, held by the processes of one killed before it
 GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
 
 
@@ -57,6 +61,7 @@ class Command(BaseCommand):
                 target=keep_sweeping, args=(float("inf"), stop.is_set), name="resonate-sweeper", daemon=True
             ).start()
             Deliverer(stop.is_set).start()
+        self.wait_for_the_port(host, port)
         mode = "embedded: sweeping and delivering in this process" if embedded else "timeouts and delivery by Celery"
         self.stdout.write(f"Resonate server on http://{host}:{port}/ ({mode})")
         if workers > 1:
@@ -77,3 +82,20 @@ class Command(BaseCommand):
             )
         finally:
             stop.set()
+
+    def wait_for_the_port(self, host, port, timeout_s=PORT_WAIT_S):
+        """A serve killed with SIGKILL leaves its server processes holding the port until they notice (within 1 s)
+        and finish their requests (within GRACE_S): its successor, started at once by the supervisor, waits for them
+        rather than fail to bind and be started again."""
+        deadline, said = time.monotonic() + timeout_s, False
+        while True:
+            try:
+                socket.create_server((host, port)).close()  # bound as uvicorn binds (SO_REUSEADDR), then let go
+                return
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    return  # uvicorn's bind says what is wrong
+                if not said:
+                    self.stderr.write(f"port {port} is still held (a previous server's processes?); waiting for it")
+                    said = True
+                time.sleep(0.1)
