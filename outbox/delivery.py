@@ -148,6 +148,28 @@ def bookkeeping(step):
 PASS_BATCH = 500  # the periodic pass drains a backlog (after an outage) in bigger batches: fewer round trips
 
 
+def due_on_join(groups, now):
+    """Streams of these groups have just connected: their poll:// messages that found no stream are due now, not
+    POLL_RETRY_MS after that attempt. A worker whose first invocation is written a moment before its stream
+    connects (an SDK that has just started) gets it at once."""
+    due = 0
+    with connection.cursor() as cursor:
+        for group in groups:
+            prefixes = [f"poll://any@{group}", f"poll://any@{group}/", f"poll://uni@{group}/"]
+            cursor.execute(
+                f'UPDATE {TABLE} SET "next_attempt_at" = %s WHERE "state" = %s AND "next_attempt_at" > %s'
+                ' AND "unreached_since" IS NOT NULL AND ("address" = %s'
+                ' OR substr("address", 1, %s) = %s OR substr("address", 1, %s) = %s)',
+                [now, DeliveryState.PENDING, now, prefixes[0], *_prefix(prefixes[1]), *_prefix(prefixes[2])],
+            )
+            due += cursor.rowcount
+    return due
+
+
+def _prefix(prefix):
+    return len(prefix), prefix
+
+
 def deliver_due(only=None):
     """Everything due, batch by batch: the periodic pass that catches what on-commit delivery missed."""
     total = 0

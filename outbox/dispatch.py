@@ -25,6 +25,7 @@ from outbox.delivery import (
     claim_on_write,
     deliver,
     deliver_due,
+    due_on_join,
     identity,
     record_written,
     recorded_on_write,
@@ -114,6 +115,12 @@ def _requeue(identities, delay_ms):
         notify(keys)
 
 
+class Joined(NamedTuple):
+    """A stream of this group has connected (Deliverer.joined)."""
+
+    group: str
+
+
 class Written(NamedTuple):
     """A message a stream has written to its client, on its way to the deliverer that records it delivered."""
 
@@ -181,7 +188,14 @@ class Deliverer(threading.Thread):
         _deliverer = (os.getpid(), self)
         if self.handoff is not None:
             self.handoff.start()
+        if self.embedded and hasattr(hub(), "joined"):  # every stream is in this process: told of each that connects
+            hub().joined = self.joined
         super().start()
+
+    def joined(self, group):
+        """A stream of `group` has connected (on the event loop): what found no stream of it goes now (due_on_join)."""
+        with contextlib.suppress(queue.Full):
+            self.keys.put_nowait([Joined(group)])
 
     def sends_at_once(self, address):
         """Embedded: every message. Production: poll:// ones; HTTP pushes go to Celery workers (see Handoff)."""
@@ -227,9 +241,13 @@ class Deliverer(threading.Thread):
                 if written := [item for item in keys if isinstance(item, Written)]:
                     self.record_written(written)  # even while paused: the messages have gone out
                     keys = [item for item in keys if not isinstance(item, Written)]
+                joined = {item.group for item in keys if isinstance(item, Joined)}
+                keys = [item for item in keys if not isinstance(item, Joined)] if joined else keys
                 if self.paused():  # until the next pass or announcement: going round at once spun a core while paused
                     next_pass = time.monotonic() + period
                     continue
+                if joined and due_on_join(joined, now_ms()):
+                    next_pass = time.monotonic()  # the pass below sends them
                 if keys:
                     self.deliver_announced(keys)
                 if time.monotonic() >= next_pass:  # even while announcements keep coming

@@ -177,6 +177,7 @@ class MemoryHub:
     def __init__(self):
         self.streams = {}  # group → {key: Stream}
         self.lock = threading.Lock()
+        self.joined = lambda group: None  # told of each stream that connects (the embedded Deliverer: joined)
 
     async def ready(self):
         return True
@@ -188,6 +189,7 @@ class MemoryHub:
         stream = Stream(group, id, asyncio.get_running_loop())
         with self.lock:
             self.streams.setdefault(group, {})[stream.key] = stream
+        self.joined(group)
         return stream
 
     def open_streams(self):

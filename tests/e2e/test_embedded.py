@@ -209,3 +209,17 @@ def test_the_protocol_refuses_a_request_for_a_host_it_does_not_serve(embedded):
     response = httpx.post(f"{embedded.url}/", json=envelope, headers={"Host": "evil.example"})
     assert response.status_code == 400 and response.json()["data"] == "Invalid Host header"
     assert httpx.post(f"{embedded.url}/", json=envelope).status_code == 404  # its own name is served
+
+
+def test_an_execute_written_just_before_its_worker_s_stream_connects_arrives_when_it_connects(embedded, unique):
+    """An SDK that has just started: its first invocation is written a moment before its stream connects, finds no
+    stream, and would wait POLL_RETRY_MS (500 ms) and then the next delivery pass. The stream's connecting makes it
+    due at once (outbox.delivery.due_on_join)."""
+    rpc = Client(embedded.url)
+    assert rpc("promise.create", targeted(unique, f"poll://any@{unique}"))[0] == 200
+    threading.Event().wait(0.05)  # its attempt has found no stream
+    connecting = now_ms()
+    worker = Listener(embedded.url, unique, "w1")
+    execute = worker.next(kind="execute")
+    assert execute["data"]["task"]["id"] == unique
+    assert execute["received_at"] - connecting < 300, "it waited for its retry instead of going when the stream came"
