@@ -23,6 +23,7 @@ from resonate_site.serving import PARENT
 from timeouts.sweeper import keep_sweeping
 
 PORT_WAIT_S = 15  # how long a new serve waits for its port, held by the processes of one killed before it
+STARTUP_S = 60  # how long a new server process may take to start (Django's setup, the hub's connection)
 GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
 
 
@@ -77,6 +78,9 @@ class Command(BaseCommand):
                 access_log=False,
                 lifespan="on",  # resonate_site.asgi connects to the hub at startup
                 timeout_graceful_shutdown=GRACE_S,
+                # A rolling restart (SIGHUP) waits this long for each new server process to be ready before it stops
+                # the old one; uvicorn's 5 s gave up on a busy machine, keeping the old processes (and their code).
+                timeout_worker_healthcheck=STARTUP_S,
                 http="resonate_site.serving:GuardedHttpProtocol",
                 limit_concurrency=resonate_settings.MAX_CONNECTIONS,
             )
