@@ -87,6 +87,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     postgresql = connection.vendor == "postgresql"
     for attempt in range(1, attempts + 1):
         committing = False
+        _rerun.set(reconnected)
         try:
             if mode is Mode.AUTOCOMMIT and postgresql:
                 result = _collecting(operation, args)
@@ -114,6 +115,15 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
             log.info("retrying %s after a lost race (attempt %d): %s", operation.__name__, attempt, error)
             time.sleep(random.uniform(0, 0.002 * attempt))
     raise Busy(f"{operation.__name__} lost {attempts} races in a row")
+
+
+_rerun = contextvars.ContextVar("resonate_rerun", default=False)
+
+
+def run_again_on_a_new_connection():
+    """Whether the operation under way runs again because its connection was lost: a statement of its first run may
+    have committed (see run_atomically), and what it finds written may be its own."""
+    return _rerun.get()
 
 
 # What the operation under way asked to be told after its commit: {hook: [items]} (see after_commit).

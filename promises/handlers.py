@@ -1,6 +1,7 @@
 """promise.* handlers (spec P-01 … P-06): each takes the decoded request and `now`, and returns a Reply."""
 
 from floor.protocol import PROMISE_NOT_FOUND, Reply, ok, page, searched, tagged
+from floor.transactions import Unavailable, run_again_on_a_new_connection
 from promises.engine import create, settle, settle_at_once
 from promises.models import Callback, Listener, Promise, PromiseState
 
@@ -22,7 +23,13 @@ def promise_create(req, now, found=None):
     if existing is None:
         promise, _, existing = create(req["id"], req["param"], req["tags"], req["timeout_at"], now)
     if existing is not None:
-        return ok(promise=existing.projected(now).to_record())
+        projected = existing.projected(now)
+        if projected.state != PromiseState.PENDING and existing.created_at == now and run_again_on_a_new_connection():
+            # Its first run's insert may have committed before the connection was lost, and the promise been settled
+            # since: answering it settled would make this create act twice, once creating and once reading. The
+            # caller retries, and reads it then (found by the linearizability checker under dropped connections).
+            raise Unavailable("promise.create: connection lost while its write may have committed")
+        return ok(promise=projected.to_record())
     return ok(promise=promise.to_record())
 
 

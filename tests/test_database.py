@@ -190,6 +190,51 @@ def test_a_settle_whose_write_committed_before_the_connection_was_lost_answers_t
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("settled_meanwhile", [True, False])
+def test_a_create_whose_insert_committed_before_the_connection_was_lost_never_answers_a_later_state(
+    settled_meanwhile, through_proxy, monkeypatch
+):
+    """promise.create writes with one statement in autocommit. Cut off after it committed, it runs again and finds
+    the promise: still pending, that is what its own create answers; settled by someone else meanwhile, answering
+    it would make the create act twice (create, then read a later state), so the caller gets a 503 and retries."""
+    import psycopg
+
+    from resonate_site.protocol import dispatch
+
+    operation, runs = dispatch.OPERATIONS["promise.create"], []
+    database = dict(connection.settings_dict)
+
+    def create_then_cut(req, now):
+        reply = operation.handler(req, now)
+        runs.append(reply.data["promise"]["state"])
+        if len(runs) == 1:
+            if settled_meanwhile:  # another request settles it, on a connection of its own
+                dsn = f"host=127.0.0.1 port=5432 user={database['USER']} dbname={database['NAME']}"
+                with psycopg.connect(dsn, autocommit=True) as other:
+                    other.execute(
+                        "UPDATE promises_promise SET state = 'rejected', settled_at = created_at WHERE id = 'p'"
+                    )
+            through_proxy("drop")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # the reply that does not come back
+        return reply
+
+    create_then_cut.__name__ = operation.handler.__name__
+    monkeypatch.setitem(dispatch.OPERATIONS, "promise.create", operation._replace(handler=create_then_cut))
+
+    reply = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
+
+    if settled_meanwhile:
+        assert reply["head"]["status"] == 503, reply
+        assert runs == ["pending"]  # run again, it found the promise settled and did not answer it
+    else:
+        assert reply["head"]["status"] == 200, reply
+        assert reply["data"]["promise"]["state"] == "pending"
+        assert runs == ["pending", "pending"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["task.create", "task.acquire"])
 def test_a_first_step_on_a_kept_connection_the_network_cut_succeeds_on_a_new_one(kind, through_proxy):
     """The statement never reached the database: run again, the step's write is its own, and so is the answer."""
