@@ -237,7 +237,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout"
 CELERY_BROKER_TRANSPORT_OPTIONS.update(_broker_options)  # Sentinel's master_name
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULER = "resonate_site.beat:Scheduler"  # django-celery-beat's, riding out database outages
 
 
 CELERY_BEAT_SCHEDULE = {

@@ -154,3 +154,36 @@ def test_a_celery_wake_up_that_meets_a_bug_raises_it_for_celery_to_log(monkeypat
     monkeypatch.setattr(tasks.Pause, "is_paused", bug)
     with pytest.raises(KeyError):
         tasks.deliver_due()
+
+
+def test_beat_s_tick_that_meets_the_database_away_logs_one_line_and_ticks_again_soon(monkeypatch, caplog):
+    """django-celery-beat's tick, its connection lost mid-sync and then found closed, stopped Beat with a traceback."""
+    from django_celery_beat.schedulers import DatabaseScheduler
+
+    from resonate_site.beat import RETRY_S, Scheduler
+    from resonate_site.celery import app
+
+    def lost(self, *args, **kwargs):
+        raise OperationalError("the connection is closed")
+
+    monkeypatch.setattr(DatabaseScheduler, "tick", lost)
+    scheduler = Scheduler(app=app, lazy=True)
+
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.tick() == RETRY_S
+
+    assert [record.exc_info for record in caplog.records] == [None]
+    assert "out of reach: OperationalError: the connection is closed" in caplog.records[0].getMessage()
+
+
+def test_beat_s_tick_that_meets_a_bug_raises_it():
+    from django_celery_beat.schedulers import DatabaseScheduler
+
+    from resonate_site.beat import Scheduler
+    from resonate_site.celery import app
+
+    scheduler = Scheduler(app=app, lazy=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseScheduler, "tick", lambda self, *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            scheduler.tick()

@@ -8,6 +8,7 @@ printed at the end of the run (and var/chaos.jsonl); README.md shows one such ta
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -328,3 +329,15 @@ def test_no_500_and_no_traceback_in_any_log_after_every_fault(deployment):
     predecessor's processes still held the port waits for it rather than fail to bind."""
     assert_clean_logs(*deployment.logs())
     assert "address already in use" not in (deployment.directory / "run" / "server.log").read_text().lower()
+
+
+def test_stopping_production_mode_is_warm_and_leaves_no_traceback(deployment):
+    """`bin/production ctl shutdown`, last in this module (it stops the deployment): the servers finish their requests
+    and end their streams, the worker finishes its tasks (warm: its pool is not signalled), Beat stops; each exits 0
+    within its stop timeout, and no log holds a traceback (pool children killed mid-task logged WorkerLostError)."""
+    subprocess.run(["bin/production", "ctl", "shutdown"], cwd=ROOT, env=deployment.env, check=True, timeout=60)
+    deployment.supervisord.wait(90)
+    log = (deployment.directory / "run" / "supervisord.log").read_text()
+    stopped = dict(re.findall(r"stopped: (\w+) \((.*?)\)", log))  # each program's last stop: this one
+    assert stopped == {"server": "exit status 0", "worker": "exit status 0", "beat": "exit status 0"}
+    assert_clean_logs(*deployment.logs())
