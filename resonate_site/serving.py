@@ -21,6 +21,7 @@ import time
 import weakref
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from floor.conf import resonate_settings
 from outbox.hub import end_streams
@@ -188,3 +189,21 @@ def _settle_result(future, value):
 def _settle_exception(future, error):
     if not future.done():
         future.set_exception(error)
+
+
+class RollingRestarts(Multiprocess):
+    """uvicorn's supervisor of several server processes (manage.py serve --workers N). On SIGHUP it replaces each
+    process by a new one that is ready first (bin/production restart); here a new process gets STARTUP_S to be ready,
+    where uvicorn gives it its health check's 5 s, which a busy machine exceeded: the restart was given up and the old
+    processes (and their code) kept. The health check itself stays at 5 s, so a hung process is still replaced soon
+    (a longer one held the supervisor up to that long for each frozen process)."""
+
+    STARTUP_S = 60
+
+    def restart_all(self):
+        health_check = self.config.timeout_worker_healthcheck
+        self.config.timeout_worker_healthcheck = self.STARTUP_S  # read by restart_all's wait_until_ready alone
+        try:
+            super().restart_all()
+        finally:
+            self.config.timeout_worker_healthcheck = health_check

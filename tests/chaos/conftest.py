@@ -190,6 +190,19 @@ def deployment(tmp_path_factory):
     yield from run_deployment(Deployment(tmp_path_factory.mktemp("chaos")))
 
 
+def record(fault, recovery_s, verdict, health_worst_ms=None):
+    """A row of the table printed at the end of the run (RESULTS): a fault, its recovery, what the ledger showed."""
+    RESULTS.append(
+        {
+            "fault": fault,
+            "recovery s": round(recovery_s, 2),
+            **{key: len(value) if isinstance(value, list) else value for key, value in verdict.items()},
+            "health worst ms": health_worst_ms,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+    )
+
+
 def pytest_terminal_summary(terminalreporter):
     """The table of RESULTS (tests/chaos, tests/failover), printed and appended to var/chaos.jsonl once."""
     if not RESULTS:

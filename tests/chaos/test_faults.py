@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from tests.chaos.conftest import LONG, RESULTS
+from tests.chaos.conftest import LONG, record
 from tests.chaos.load import Load, Rpc, SseClient, now_ms
 from tests.e2e.servers import ROOT, assert_clean_logs
 
@@ -217,29 +217,8 @@ FAULTS = [
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[fault.name for fault in FAULTS])
 def test_production_mode_rides_out_the_fault_and_loses_nothing(deployment, fault):
-    load = Load(deployment.url, f"chaos-{uuid.uuid4().hex[:8]}", rate=RATE)
-    try:
-        load.start()
-        time.sleep(WARMUP_S)
-        marks = deployment.log_marks()
-        fault.inject(deployment, load)
-        ended = time.monotonic()
-        recovery = recovered_after(deployment, load, ended)
-        time.sleep(AFTER_S)
-        load.stop()
-        load.settle(timeout=60)
-        verdict = load.verdict()
-    finally:
-        load.close()
-    RESULTS.append(
-        {
-            "fault": fault.name,
-            "recovery s": round(recovery, 2),
-            **{key: len(value) if isinstance(value, list) else value for key, value in verdict.items()},
-            "health worst ms": round(getattr(load, "health_worst_s", 0) * 1000, 1) or None,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-    )
+    recovery, verdict, load, marks = ride_out(deployment, f"chaos-{uuid.uuid4().hex[:8]}", fault.inject)
+    record(fault.name, recovery, verdict, round(getattr(load, "health_worst_s", 0) * 1000, 1) or None)
 
     assert verdict["errors"] == []
     assert verdict["lost"] == []
@@ -253,6 +232,26 @@ def test_after_every_fault_the_state_keeps_the_protocols_invariants(deployment):
     """manage.py invariants over every row (at most one timeout per task, no callbacks on settled promises, …)."""
     checked = deployment.check()  # raises CalledProcessError on a violation
     assert "Invariants hold over" in checked.stdout
+
+
+def ride_out(deployment, group, inject, from_its_start=False):
+    """Steady load, then inject(deployment, load), then the time until every part serves again (recovered_after,
+    counted from the fault's end, or from its start), a little more load, and the ledger's verdict:
+    (recovery s, verdict, load, the logs' marks from before the fault)."""
+    load = Load(deployment.url, group, rate=RATE)
+    try:
+        load.start()
+        time.sleep(WARMUP_S)
+        marks = deployment.log_marks()
+        started = time.monotonic()
+        inject(deployment, load)
+        recovery = recovered_after(deployment, load, started if from_its_start else time.monotonic())
+        time.sleep(AFTER_S)
+        load.stop()
+        load.settle(timeout=60)
+        return recovery, load.verdict(), load, marks
+    finally:
+        load.close()
 
 
 def recovered_after(deployment, load, ended):

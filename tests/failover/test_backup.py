@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.chaos.conftest import RESULTS, Deployment
+from tests.chaos.conftest import Deployment, record
 from tests.chaos.load import Load
 from tests.chaos.test_faults import RATE, WARMUP_S
 from tests.e2e.servers import assert_clean_logs
@@ -52,15 +52,7 @@ def test_a_dump_taken_under_load_and_restored_into_a_fresh_database_finishes_all
     finally:
         if load is not None:
             load.close()
-    RESULTS.append(
-        {
-            "fault": "pg_dump under load, restored",
-            "recovery s": round(settled_s, 2),
-            **{key: len(value) if isinstance(value, list) else value for key, value in verdict.items()},
-            "health worst ms": None,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-    )
+    record("pg_dump under load, restored", settled_s, verdict)
     print(f"\npg_dump took {dump_s:.2f} s with {unfinished} things unfinished; all finished {settled_s:.1f} s after")
     assert unfinished > 0  # the dump was taken with work in flight
     assert verdict["errors"] == []

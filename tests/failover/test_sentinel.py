@@ -12,9 +12,8 @@ import uuid
 
 import pytest
 
-from tests.chaos.conftest import RESULTS, Deployment
-from tests.chaos.load import Load
-from tests.chaos.test_faults import AFTER_S, RATE, RECOVERY_BOUND_S, WARMUP_S, recovered_after
+from tests.chaos.conftest import Deployment, record
+from tests.chaos.test_faults import RECOVERY_BOUND_S, ride_out
 from tests.e2e.servers import assert_clean_logs
 from tests.faults import OwnSentinel, run_deployment
 
@@ -22,37 +21,25 @@ pytestmark = [pytest.mark.beside_sqlite, pytest.mark.chaos]  # their own Postgre
 
 
 def test_the_redis_primary_killed_and_its_replica_promoted_by_sentinel_loses_nothing(tmp_path):
-    sentinel = OwnSentinel(tmp_path).start()
+    sentinel, promoted_s = OwnSentinel(tmp_path).start(), []
+
+    def kill_the_primary(deployment, load):
+        killed = time.monotonic()
+        sentinel.kill_primary()  # returns once the sentinels name the replica primary
+        promoted_s.append(time.monotonic() - killed)
+
     try:
         for running in run_deployment(Deployment(tmp_path, redis=sentinel)):
-            load = Load(running.url, f"sentinel-{uuid.uuid4().hex[:8]}", rate=RATE)
-            try:
-                load.start()
-                time.sleep(WARMUP_S)
-                killed = time.monotonic()
-                sentinel.kill_primary()
-                promoted_s = time.monotonic() - killed
-                recovery = recovered_after(running, load, killed)
-                time.sleep(AFTER_S)
-                load.stop()
-                load.settle(timeout=60)
-                verdict = load.verdict()
-            finally:
-                load.close()
+            group = f"sentinel-{uuid.uuid4().hex[:8]}"
+            recovery, verdict, _, _ = ride_out(running, group, kill_the_primary, from_its_start=True)
             assert "Invariants hold over" in running.check().stdout
             assert_clean_logs(*running.logs())
     finally:
         sentinel.stop()
-    RESULTS.append(
-        {
-            "fault": "Redis primary killed, Sentinel",
-            "recovery s": round(recovery, 2),
-            **{key: len(value) if isinstance(value, list) else value for key, value in verdict.items()},
-            "health worst ms": None,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
+    record("Redis primary killed, Sentinel", recovery, verdict)
+    print(
+        f"\nthe sentinels promoted the replica {promoted_s[0]:.1f} s after the kill; recovered after {recovery:.1f} s"
     )
-    print(f"\nthe sentinels promoted the replica {promoted_s:.1f} s after the kill; recovered after {recovery:.1f} s")
     assert verdict["errors"] == []
     assert verdict["lost"] == []
     assert verdict["early"] == []

@@ -13,17 +13,17 @@ import time
 import uvicorn
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from uvicorn.config import STARTUP_FAILURE
 
 from floor.conf import resonate_settings
 from floor.counters import multiprocess_dir
 from outbox.dispatch import Deliverer
 from resonate_site.auth import check_auth, refuse_unprotected
 from resonate_site.metrics import clear_if_unused
-from resonate_site.serving import PARENT
+from resonate_site.serving import PARENT, RollingRestarts
 from timeouts.sweeper import keep_sweeping
 
 PORT_WAIT_S = 15  # how long a new serve waits for its port, held by the processes of one killed before it
-STARTUP_S = 60  # how long a new server process may take to start (Django's setup, the hub's connection)
 GRACE_S = 5  # on SIGTERM, requests get this long to finish; open SSE streams are then closed (clients reconnect)
 
 
@@ -68,7 +68,7 @@ class Command(BaseCommand):
         if workers > 1:
             os.environ[PARENT] = str(os.getpid())  # the worker processes exit if this one dies
         try:
-            uvicorn.run(
+            config = uvicorn.Config(
                 "resonate_site.asgi:application",
                 host=host,
                 port=port,
@@ -78,12 +78,17 @@ class Command(BaseCommand):
                 access_log=False,
                 lifespan="on",  # resonate_site.asgi connects to the hub at startup
                 timeout_graceful_shutdown=GRACE_S,
-                # A rolling restart (SIGHUP) waits this long for each new server process to be ready before it stops
-                # the old one; uvicorn's 5 s gave up on a busy machine, keeping the old processes (and their code).
-                timeout_worker_healthcheck=STARTUP_S,
                 http="resonate_site.serving:GuardedHttpProtocol",
                 limit_concurrency=resonate_settings.MAX_CONNECTIONS,
             )
+            if workers > 1:  # as uvicorn.run does, with the supervisor of rolling restarts
+                RollingRestarts(config, sockets=[config.bind_socket()]).run()
+            else:
+                config.load_app()
+                server = uvicorn.Server(config)
+                server.run()
+                if not server.started:
+                    raise SystemExit(STARTUP_FAILURE)
         finally:
             stop.set()
 
