@@ -27,6 +27,9 @@ DEFAULTS = {
     "AUTH_DISABLED": False,  # run without auth where it is otherwise required (production, non-loopback hosts)
     # Database
     "DB_RETRIES": 10,  # attempts of a request that loses a race (deadlock, duplicate create) before a 503
+    # A request that cannot reach the database waits this long for it (a failover's promotion, a restart) before its
+    # 503: the released Python SDK does not retry a 503
+    "DB_OUTAGE_WAIT_MS": 5000,
     # Background work: "embedded" (threads in the `serve` process) or "celery" (Celery workers and Beat)
     "BACKGROUND": "embedded",
     "SWEEP_PERIOD_MS": 2000,  # Celery Beat starts a sweep this often (whole seconds); each sweeps until the next

@@ -65,12 +65,17 @@ class Mode(enum.Enum):
     AUTOCOMMIT = "autocommit"  # no BEGIN/COMMIT: it only reads, or writes with one statement
 
 
+OUTAGE_POLL_S = 0.2  # how often a request waiting for the database tries to connect
+
+
 def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False):
     """operation(*args) inside transaction.atomic(), re-run from scratch on a lost race (bounded).
 
-    A kept connection that turns out to be dead is replaced and the operation runs again, once: nothing
-    of it can have been committed. A connection lost while committing leaves the outcome unknown, and a
-    database that cannot be reached at all is Unavailable; either way the caller is told to retry.
+    A kept connection that turns out to be dead is replaced and the operation runs again: nothing of it can have
+    been committed. A database that cannot be reached is waited for, DB_OUTAGE_WAIT_MS at most (a failover's
+    promotion takes a second or two, and the released Python SDK does not retry a 503), then Unavailable. A
+    connection lost while committing leaves the outcome unknown: Unavailable at once. Either way the caller is told
+    to retry.
 
     ambiguous_none: the operation writes with one statement in autocommit, and answers None when it finds
     that write already made (task.create's and task.acquire's first steps). Its statement may have committed
@@ -83,9 +88,11 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     COMMITTED each statement sees its own snapshot anyway) or writes with one statement, atomic by itself.
     BEGIN and COMMIT would be two round trips of three.
     """
-    attempts, reconnected = resonate_settings.DB_RETRIES, False
+    attempts, reconnected, waiting_until = resonate_settings.DB_RETRIES, False, None
     postgresql = connection.vendor == "postgresql"
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while attempt < attempts:
+        attempt += 1
         committing = False
         _rerun.set(reconnected)
         try:
@@ -105,8 +112,15 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
                 connection.close()
                 if committing:
                     raise Unavailable(f"{operation.__name__}: connection lost while committing: {error}") from error
-                if reconnected:
-                    raise Unavailable(f"{operation.__name__}: {error}") from error
+                if reconnected:  # no connection now: wait for the database, as long as DB_OUTAGE_WAIT_MS from here
+                    now = time.monotonic()
+                    if waiting_until is None:
+                        waiting_until = now + resonate_settings.DB_OUTAGE_WAIT_MS / 1000
+                    if now >= waiting_until:
+                        raise Unavailable(f"{operation.__name__}: {error}") from error
+                    time.sleep(min(OUTAGE_POLL_S, waiting_until - now))
+                    attempt -= 1  # waiting out an outage is not losing a race
+                    continue
                 log.info("reconnecting after %s", error)
                 reconnected = True
                 continue

@@ -1,6 +1,8 @@
 """Database behaviour the protocol relies on: connections that die, announcements made on commit."""
 
 import re
+import threading
+import time
 
 import pytest
 from django.db import connection
@@ -76,7 +78,8 @@ def test_a_request_on_a_kept_connection_the_network_cut_succeeds_on_a_new_one(th
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_database_that_refuses_connections_gets_a_503_envelope_then_service_resumes(through_proxy):
+def test_a_database_that_refuses_connections_gets_a_503_envelope_then_service_resumes(through_proxy, settings):
+    settings.RESONATE = {**settings.RESONATE, "DB_OUTAGE_WAIT_MS": 300}
     through_proxy("refuse")
 
     refused = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
@@ -84,6 +87,22 @@ def test_a_database_that_refuses_connections_gets_a_503_envelope_then_service_re
     assert refused["head"]["status"] == 503 and refused["data"] == "Database unavailable, please retry"
     through_proxy("accept")
     assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_request_waits_out_a_database_that_is_back_within_the_outage_wait(through_proxy):
+    """A failover's promotion takes a second or two, and the released Python SDK does not retry a 503: a request
+    that cannot reach the database waits for it (DB_OUTAGE_WAIT_MS, 5 s) and answers once it is back."""
+    answer(envelope("promise.get", {"id": "warm"}))  # a kept connection, which the outage kills
+    through_proxy("refuse")
+    threading.Timer(1.0, through_proxy, args=("accept",)).start()
+    started = time.monotonic()
+
+    reply = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))
+
+    assert reply["head"]["status"] == 200, reply
+    assert 0.9 <= time.monotonic() - started < 5
 
 
 @pytest.mark.postgres

@@ -21,6 +21,7 @@ class Outcome:
     hellos: list  # the TypeScript clients' answers
     seconds: float  # how long `during` took
     errors: list = field(default_factory=list)  # what `during` or a client raised
+    result: object = None  # what the action returned
 
     def failed(self):
         """The invocations that did not return what the application computes."""
@@ -60,7 +61,7 @@ class SdkLoad:
             time.sleep(delay_s)
             started = time.monotonic()
             try:
-                action()
+                outcome.result = action()
             except Exception as error:
                 outcome.errors.append(repr(error))
             outcome.seconds = time.monotonic() - started

@@ -12,6 +12,7 @@ behind, the commits the standby had not received when the primary went are lost,
 measures how many, and holds everything else (nothing early, the invariants, recovery).
 """
 
+import functools
 import time
 import uuid
 
@@ -21,6 +22,7 @@ from tests.chaos.conftest import Deployment, record
 from tests.chaos.load import Load
 from tests.chaos.test_faults import AFTER_S, RATE, RECOVERY_BOUND_S, WARMUP_S, recovered_after
 from tests.e2e.servers import assert_clean_logs
+from tests.failover.sdk_load import SdkLoad
 from tests.faults import PgCluster, PgProxy, run_deployment
 
 pytestmark = [pytest.mark.beside_sqlite, pytest.mark.chaos]  # their own PostgreSQL and Redis
@@ -32,15 +34,24 @@ def multi_host(cluster):
     return cluster.multi_host_url
 
 
-def run_failover(tmp_path, name, cluster, served_url=None, moving=None, settle_s=60):
-    """Load, the primary lost, the standby promoted (and the moving address re-pointed): the ledger's verdict."""
+def run_failover(tmp_path, name, cluster, served_url=None, moving=None, settle_s=60, sdks=False):
+    """Load, the primary lost, the standby promoted (and the moving address re-pointed): the ledger's verdict. With
+    `sdks`, both released SDKs invoke throughout too (sdk_load.py), and none of their invocations may fail."""
     deployment = Deployment(tmp_path, cluster=cluster, served_url=served_url or cluster.multi_host_url)
     for running in run_deployment(deployment):
         load = Load(running.url, f"failover-{uuid.uuid4().hex[:8]}", rate=RATE)
         try:
             load.start()
             time.sleep(WARMUP_S)
-            recovery = lose_the_primary(cluster, moving, running, load)
+            if sdks:
+                fail_over = functools.partial(lose_the_primary, cluster, moving, running, load)
+                with SdkLoad(running.url, f"failover-sdk-{uuid.uuid4().hex[:8]}", tmp_path) as sdk_load:
+                    outcome = sdk_load.during(fail_over)
+                assert outcome.errors == []
+                assert outcome.failed() == []
+                recovery = outcome.result
+            else:
+                recovery = lose_the_primary(cluster, moving, running, load)
             time.sleep(AFTER_S)
             load.stop()
             load.settle(timeout=settle_s)
@@ -71,7 +82,7 @@ def lose_the_primary(cluster, moving, running, load):
 def test_a_synchronous_standby_promoted_loses_nothing_through_the_multi_host_url(tmp_path):
     cluster = PgCluster(synchronous=True).start()
     try:
-        verdict = run_failover(tmp_path, "PostgreSQL failover, synchronous, multi-host URL", cluster)
+        verdict = run_failover(tmp_path, "PostgreSQL failover, synchronous, multi-host URL", cluster, sdks=True)
     finally:
         cluster.stop()
     assert verdict["lost"] == []
