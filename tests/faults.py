@@ -160,6 +160,14 @@ class PgCluster:
         return self.directory / node
 
     def start(self):
+        """Both nodes running, the standby streaming; on any failure on the way, both stopped and the directory gone."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self):
         self.run("initdb", "-D", str(self.data("primary")), "-U", self.USER, "--auth=trust", "-N")
         self.configure(
             "primary",
@@ -240,9 +248,9 @@ class PgCluster:
         self.pg_ctl("standby", "promote")
 
     def stop(self):
-        for node in ("primary", "standby"):
+        for node in ("primary", "standby"):  # each, whatever the other's stop says (a primary lost already has none)
             if (self.data(node) / "postmaster.pid").exists():
-                self.pg_ctl(node, "stop", "-m", "immediate")
+                self.run("pg_ctl", "-D", str(self.data(node)), "-w", "stop", "-m", "immediate", check=False)
         if self.replication is not None:
             self.replication.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
