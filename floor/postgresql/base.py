@@ -6,8 +6,9 @@ its own; the statements floor.rows.send_all prepared by name go with them (floor
 
 Migrations run while the previous release serves (README: Rolling restart and upgrade): the schema editor is
 django-pg-zero-downtime-migrations', which waits at most ZERO_DOWNTIME_MIGRATIONS_LOCK_TIMEOUT for a lock (a
-migration that cannot get one fails, and is run again, rather than queue every request behind it), builds indexes
-CONCURRENTLY, and refuses operations that would rewrite or lock a table for long (resonate_site/settings.py).
+migration that cannot get one fails, and is run again, rather than queue every request behind it), adds foreign
+keys NOT VALID then validates them, builds indexes CONCURRENTLY, and warns of operations that would rewrite or lock
+a table for long (resonate_site/settings.py says why it does not refuse them).
 """
 
 from django.db.backends.postgresql import base
