@@ -1,5 +1,8 @@
 """Issue 26, item 5: statements sent together prepared by name (a), as PL/pgSQL functions (b), or not prepared (c).
 
+    git worktree add --detach /tmp/design-a 644d4a8                   # design a: the code before functions
+    .venv/bin/python bench/prepare_designs.py http --a-tree /tmp/design-a [--rounds 5] [--seconds 10] [--clients 16]
+
     .venv/bin/python bench/prepare_designs.py trace                   # the SQL each design sends, per operation
     .venv/bin/python bench/prepare_designs.py inprocess [--rounds 5] [--count 2000] [--threshold off] [--workflow]
     .venv/bin/python bench/prepare_designs.py http [--rounds 5] [--seconds 10] [--clients 16]
@@ -7,7 +10,9 @@
     .venv/bin/python bench/prepare_designs.py tables bench/results/prepare-designs-….json   # again, with ratios
 
 The designs are bench/prepare_variant.py's, each in processes of its own (RESONATE_PREPARE_DESIGN), run one after
-the other in rounds (a b c, then b c a, then c a b, …) so that this VM's drift falls on all three alike.
+the other in rounds (a b c, then b c a, then c a b, …) so that this VM's drift falls on all three alike. Design a
+runs from the checkout --a-tree names (the code as it stood at 644d4a8, with the same .venv); without it, b and c
+alone.
 
 inprocess: one process per design and round answers `count` requests of each operation through
 resonate_site.protocol.envelope.answer (after `count / 10` to warm up): promise.create (with a target),
@@ -67,34 +72,33 @@ def psql(sql, database="postgres"):
 
 
 def fresh_database(database):
-    """A migrated database with bench/prepare_variant.py's functions in it."""
+    """A migrated database."""
     drop_database(database)
     psql(f"CREATE DATABASE {database}")
-    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True, env=design_env("a", database))
-    sys.path[:0] = [str(BENCH), str(ROOT)]
-    from prepare_variant import FUNCTIONS
-
-    for function in FUNCTIONS:
-        psql(function, database)
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True, env=design_env("b", database))
 
 
 def drop_database(database):
     psql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
+TREES = {"b": ROOT, "c": ROOT}  # where each design's code is; main() adds a's
+
+
 def design_env(design, database):
+    tree = TREES.get(design, ROOT)
     return {
         **os.environ,
         "DATABASE_URL": url(database),
         "DJANGO_SETTINGS_MODULE": "prepare_variant",
-        "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join([str(tree / "bench"), str(tree)]),
         "RESONATE_PREPARE_DESIGN": design,
     }
 
 
 def rotations(rounds):
     """The designs' order in each round: a b c, b c a, c a b, a b c, …"""
-    return [DESIGNS[r % 3 :] + DESIGNS[: r % 3] for r in range(rounds)]
+    return [DESIGNS[r % len(DESIGNS) :] + DESIGNS[: r % len(DESIGNS)] for r in range(rounds)]
 
 
 # In a process of one design (the `child` subcommand) -----------------------------------------------------------
@@ -253,16 +257,19 @@ def trace():
     with connection.cursor() as cursor:
         cursor.execute("SELECT name, from_sql FROM pg_prepared_statements ORDER BY name")
         print("prepared on the connection:", ", ".join(f"{name}{'' if sql else ' (protocol)'}" for name, sql in cursor))
+        cursor.execute("SELECT proname FROM pg_proc WHERE proname ~ '^r_[0-9a-f]{20}$' ORDER BY 1")
+        print("functions in the database:", ", ".join(name for (name,) in cursor))
 
 
 # The driver ----------------------------------------------------------------------------------------------------
 
 
 def run_child(design, database, what, count=0, threshold=None, workflow=False):
-    command = [PYTHON, str(Path(__file__).resolve()), "child", design, database, what, str(count)]
+    tree = TREES[design]
+    command = [PYTHON, str(tree / "bench" / "prepare_designs.py"), "child", design, database, what, str(count)]
     command += ["--workflow"] if workflow else []
     env = {**os.environ, **({"DATABASE_PREPARE_THRESHOLD": threshold} if threshold else {})}
-    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(command, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def trace_all():
@@ -362,7 +369,9 @@ def start_server(design, database):
     }
     log = open(BENCH / "results" / f"prepare-designs-server-{design}.log", "w")  # noqa: SIM115 (outlives this)
     command = [PYTHON, "manage.py", "serve", "--port", str(PORTS[design]), "--workers", "2", "--log-level", "warning"]
-    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        command, cwd=TREES[design], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     for _ in range(150):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{PORTS[design]}/ready", timeout=1)
@@ -508,8 +517,9 @@ def instructions(rounds, only):
         for r, order in enumerate(rotations(rounds)):
             for design in order:
                 out = subprocess.run(
-                    [PYTHON, str(BENCH / "instructions.py"), "--database-url", url(database), "--only", only],
-                    cwd=ROOT,
+                    [PYTHON, str(TREES[design] / "bench" / "instructions.py"), "--database-url", url(database)]
+                    + ["--only", only],
+                    cwd=TREES[design],
                     env=design_env(design, database),
                     check=True,
                     capture_output=True,
@@ -547,30 +557,37 @@ def fmt_http(r):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("trace")
-    inprocess = commands.add_parser("inprocess")
+    tree = argparse.ArgumentParser(add_help=False)
+    tree.add_argument("--a-tree", help="a checkout of 644d4a8 (statements prepared by name); without it, b and c alone")
+    commands.add_parser("trace", parents=[tree])
+    inprocess = commands.add_parser("inprocess", parents=[tree])
     inprocess.add_argument("--rounds", type=int, default=5)
     inprocess.add_argument("--count", type=int, default=2000)
     inprocess.add_argument("--threshold", help="DATABASE_PREPARE_THRESHOLD for the processes (off: a pooler's case)")
     inprocess.add_argument("--workflow", action="store_true", help="also " + ", ".join(WORKFLOW))
-    http = commands.add_parser("http")
+    http = commands.add_parser("http", parents=[tree])
     http.add_argument("--rounds", type=int, default=5)
     http.add_argument("--seconds", type=int, default=10)
     http.add_argument("--clients", type=int, default=16)
     http.add_argument("--warm", type=int, default=3, help="seconds of each scenario per design before each round")
     http.add_argument("--only", default=",".join(HTTP_SCENARIOS), help="comma-separated scenarios")
-    counted = commands.add_parser("instructions")
+    counted = commands.add_parser("instructions", parents=[tree])
     counted.add_argument("--rounds", type=int, default=1)
     counted.add_argument("--only", default=",".join(OPERATIONS))
     again = commands.add_parser("tables")
     again.add_argument("path", help="a run's JSON in bench/results")
     one = commands.add_parser("child")
-    one.add_argument("design", choices=DESIGNS)
+    one.add_argument("design", choices=("a", "b", "c"))
     one.add_argument("database")
     one.add_argument("what", choices=("trace", "measure"))
     one.add_argument("count", type=int)
     one.add_argument("--workflow", action="store_true")
     args = parser.parse_args()
+    global DESIGNS
+    if getattr(args, "a_tree", None):
+        TREES["a"] = Path(args.a_tree).resolve()
+    elif args.command not in ("child", "tables"):
+        DESIGNS = ("b", "c")
     if args.command == "child":
         child(args.design, args.database, args.what, args.count, args.workflow)
     elif args.command == "trace":

@@ -2,6 +2,7 @@
 
 - protocol: the wire's vocabulary: tags, replies (Reply, ok, the not-found answers), paging, IdField
 - rows: hand-written statements for the hot paths, SQL built once per model
+- functions: statements sent together, run as one PL/pgSQL function made of their text (PostgreSQL)
 - transactions: one operation in one transaction (or one statement), retried when it loses a race
 - clock: now_ms, the server's time in milliseconds
 - conf: the RESONATE settings block, every default once

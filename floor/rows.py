@@ -8,21 +8,21 @@ callers keep working with models. Values become parameters as each field's own g
 """
 
 import contextvars
-import hashlib
 import json
 import operator
 import re
 import threading
 import weakref
-from collections import OrderedDict
 from contextlib import contextmanager
-from functools import cache, lru_cache
+from functools import cache
 from typing import NamedTuple
 
 import orjson
 from django.db import IntegrityError, connections, models
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
+
+from floor import functions
 
 DEFAULT = "default"
 
@@ -41,7 +41,7 @@ def cursor_of(connection, single=False):
     (resonate_site/settings.py). Planning was most of a read's cost in the database: the fence's read planned
     in 0.13-0.17 ms and ran in 0.05. Several statements in one string (and the statement that opens a
     transaction, which carries its BEGIN) go with client-side binding, which can send them together; send_all
-    prepares those too.
+    makes a function of those it sends often (floor.functions), called as one statement.
 
     Django's cursor wrapper costs about 40 µs of CPU per statement here (a new cursor each time, its
     wrappers). Errors still arrive as django.db errors, which floor.transactions reads to retry a lost race
@@ -61,49 +61,39 @@ def cursor_of(connection, single=False):
 
 
 def send_all(connection, parts, results=True):
-    """Send several statements, (sql, params) each, in one query string, one round trip: [the rows of each, or
-    None for one that returns none]; None when `results` is false. Outside a transaction they run as one
-    (implicit) transaction.
+    """Send several statements, (sql, params) each, in one round trip: [the rows of each, or None for one that
+    returns none]; None when `results` is false. Outside a transaction they run as one (implicit) transaction.
+    A last part ("COMMIT", ()) ends the transaction (commit_held).
 
-    A string of several statements is bound client-side, and PostgreSQL would parse and plan each of them at
-    every call. Where cursors are kept, each statement with parameters the connection has sent
-    PREPARE_THRESHOLD times is prepared instead, under a name of its own (PREPARE, in front of the string that
-    first needs it), and sent as an EXECUTE of that name (_Prepared). A promise.settle cost PostgreSQL 570-607 µs
-    of CPU as a plain string and 187-210 µs this way, and the client's psycopg 85-97 µs against 100-113 µs (a
-    pipeline of statements bound server-side: 210-240 µs and 149-155 µs; bench/README.md, 2026-12-03, fourth
-    session).
+    Where cursors are kept, statements this process has sent together before go as one PL/pgSQL function made
+    of their text (floor.functions), called as one statement bound server-side: PostgreSQL plans each statement
+    once per session, and the client quotes nothing. Otherwise (and on SQLite, or a watched connection) they go
+    as one client-bound query string, each planned at every call. By name, as PREPAREd statements in front of
+    the string (until 2026-12-04), a settle and a task pair cost the server 7-16% more CPU and 4-7.5% of their
+    throughput (bench/README.md, issue 26).
     """
     if not _keeps_cursors(connection):
         with connection.cursor() as cursor:
             cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
             return _results(cursor, len(parts)) if results else None
-    prepared = _kept_on(connection).prepared
-    ahead, new, evicted = [], [], []
-    if prepared.threshold is not None:
-        if prepared.unsure:
-            prepared.ask(connection)
-        ahead, parts, new, evicted = prepared.plan(parts)
-    with cursor_of(connection) as cursor:
-        try:
-            cursor.execute("; ".join([*ahead, *(sql for sql, _ in parts)]), [v for _, p in parts for v in p])
-        except Exception as error:  # psycopg's, within cursor_of's mapping to Django's
-            prepared.failed(error, new, evicted)
-            raise
-        prepared.names.update(dict.fromkeys(new))
-        if not results:
-            return None
-        for _ in ahead:
-            cursor.nextset()
-        return _results(cursor, len(parts))
-
-
-def rolled_back(using=DEFAULT):
-    """The connection's transaction (or a savepoint) has rolled back (floor/postgresql/base.py). psycopg then
-    deallocates every statement of the session if it had prepared any of its own, so send_all asks PostgreSQL
-    which of its own are still there before it sends another."""
-    kept = _kept.__dict__.get("cursors", {}).get(using)
-    if kept is not None:
-        kept.prepared.doubt_all()
+    commit = parts[-1][0] == "COMMIT"
+    statements = parts[:-1] if commit else parts
+    function = functions.function_for(connection, statements) if statements else None
+    params = [v for _, p in statements for v in p]
+    if function is None:
+        with cursor_of(connection) as cursor:
+            cursor.execute("; ".join(sql for sql, _ in parts), params)
+            return _results(cursor, len(parts)) if results else None
+    try:
+        with cursor_of(connection, single=not commit) as cursor:
+            cursor.execute(f"{function.call}; COMMIT" if commit else function.call, params)
+            found = cursor.fetchall()
+    except Exception as error:
+        functions.failed(function, error.__cause__)
+        raise
+    if not results:
+        return None
+    return function.results(found) + ([None] if commit else [])
 
 
 def _results(cursor, count):
@@ -117,125 +107,16 @@ def _results(cursor, count):
     return found
 
 
-class _Prepared:
-    """The statements one connection has prepared for send_all, by name (least recently sent first), and how
-    often it has sent the others.
-
-    PREPARE is not transactional: a statement prepared in a transaction that rolls back stays prepared. A string
-    that fails may or may not have run its PREPAREs, and psycopg deallocates every prepared statement of the
-    session when it rolls a transaction back having prepared statements of its own (rolled_back): the names in
-    doubt are asked of pg_prepared_statements before the connection sends another string (ask). A statement
-    found not prepared (someone ran DISCARD ALL) puts them all in doubt; floor.transactions retries the
-    operation, which prepares again those that are gone (forgetting them instead would PREPARE again any that
-    remain: an error, as they exist)."""
-
-    MAX = 256  # statements kept prepared per connection; the least recently sent is deallocated beyond
-
-    __slots__ = ("threshold", "names", "sent", "unsure")
-
-    def __init__(self, threshold):
-        self.threshold, self.names, self.sent, self.unsure = threshold, OrderedDict(), {}, set()
-
-    def plan(self, parts):
-        """(what goes in front: DEALLOCATEs and PREPAREs, the parts as sent, the names prepared in front, the names
-        deallocated in front). A statement may come more than once in one string (a write per registration): it is
-        prepared once, in front, and every part of it goes as an EXECUTE."""
-        ahead, sent, new = [], [], []
-        for sql, params in parts:
-            if not params or len(params) > BOUND_MAX:
-                sent.append((sql, params))
-                continue
-            name, numbered, execute = _executable(sql)
-            if name in self.names:
-                self.names.move_to_end(name)
-            elif name in new:
-                pass  # prepared in front already, for an earlier part of this string: one PREPARE per name
-            elif self._often(name):
-                ahead.append(f"PREPARE {name} ({', '.join(map(_type_of, params))}) AS {numbered}")
-                new.append(name)
-            else:
-                sent.append((sql, params))
-                continue
-            sent.append((execute, params))
-        evicted = []
-        while len(self.names) + len(new) > self.MAX and self.names:
-            evicted.append(self.names.popitem(last=False)[0])
-        return [*(f"DEALLOCATE {name}" for name in evicted), *ahead], sent, new, evicted
-
-    def failed(self, error, new, evicted):
-        """A string that prepared `new` and deallocated `evicted` in front failed: whether it got that far is
-        unknown. A statement found not prepared doubts every name: what else went with it is unknown too."""
-        self.unsure.update(new + evicted)
-        if getattr(error, "sqlstate", None) == INVALID_STATEMENT_NAME:
-            self.doubt_all()
-
-    def doubt_all(self):
-        """Ask PostgreSQL which of the statements are still prepared before sending another string (ask)."""
-        self.unsure.update(self.names)
-        self.names.clear()
-
-    def ask(self, connection):
-        with cursor_of(connection) as cursor:
-            cursor.execute("SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", [sorted(self.unsure)])
-            self.names.update(dict.fromkeys(name for (name,) in cursor.fetchall()))
-        self.unsure.clear()
-
-    def _often(self, name):
-        count = self.sent[name] = self.sent.get(name, 0) + 1
-        if len(self.sent) > 10 * self.MAX:  # statements of many shapes (IN lists of every length): start again
-            self.sent.clear()
-        return count > self.threshold
-
-
-INVALID_STATEMENT_NAME = "26000"  # PostgreSQL's invalid_sql_statement_name: no prepared statement of that name
-
-
-def _type_of(value):
-    """The type a parameter is prepared with: as psycopg would bind it for the types where PostgreSQL cannot always
-    tell from the statement (an int in `%s - %s`), else inferred from the statement (unknown)."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "bigint"
-    return "jsonb" if isinstance(value, _jsonb_class()) else "unknown"
-
-
-@cache
-def _jsonb_class():
-    from psycopg.types.json import Jsonb
-
-    return Jsonb
-
-
-@lru_cache(maxsize=4096)
-def _executable(sql):
-    """(a name for this statement, its text with numbered parameters, its EXECUTE with a placeholder per
-    parameter). Named by a digest of its text, in a namespace of its own (r_…)."""
-    count = 0
-
-    def number(match):
-        nonlocal count
-        if match.group(0) == "%%":
-            return "%%"
-        count += 1
-        return f"${count}"
-
-    numbered = re.sub(r"%%|%s", number, sql)
-    name = "r_" + hashlib.blake2b(sql.encode(), digest_size=10).hexdigest()
-    return name, numbered, f"EXECUTE {name}({', '.join(['%s'] * count)})"
-
-
 class _Kept:
-    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class), a
-    cursor binding server-side, and the statements send_all has prepared on it."""
+    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class), and a
+    cursor binding server-side."""
 
-    __slots__ = ("raw", "several", "one", "prepared")
+    __slots__ = ("raw", "several", "one")
 
     def __init__(self, raw):
         from psycopg import Cursor
 
         self.raw, self.several, self.one = raw, raw.cursor(), Cursor(raw)
-        self.prepared = _Prepared(raw.prepare_threshold)
 
 
 def _kept_on(connection):
@@ -504,8 +385,8 @@ def _json_reader(from_db_value):
 
 def _instance(model, row, connection, using):
     values = list(row)
-    for index, column, functions in _converters(model, connection):
-        for function in functions:
+    for index, column, converters in _converters(model, connection):
+        for function in converters:
             values[index] = function(values[index], column, connection)
     attnames = _fields(model)[1]
     if _signalled(model) or len(values) != len(attnames):

@@ -9,15 +9,16 @@ import time
 
 from django.db import IntegrityError, InterfaceError, OperationalError, ProgrammingError, connection, transaction
 
-from floor import rows
+from floor import functions, rows
 from floor.conf import resonate_settings
 from floor.outages import Outage, log_failure
 
 log = logging.getLogger(__name__)
 
-# PostgreSQL: serialization_failure, deadlock_detected, lock_not_available; invalid_sql_statement_name, a statement
-# floor.rows had prepared deallocated by someone else (DISCARD ALL): the retry prepares it again.
-RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", rows.INVALID_STATEMENT_NAME}
+# PostgreSQL: serialization_failure, deadlock_detected, lock_not_available; undefined_function, a function
+# floor.functions made that someone dropped (or whose types this call does not match): the retry makes it again,
+# or sends its statements as a string.
+RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", functions.UNDEFINED_FUNCTION}
 # PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now (class 08 is connection_exception).
 SHUTDOWN_SQLSTATES = {"57P01", "57P02", "57P03"}
 
@@ -107,7 +108,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
                 committing = True
                 rows.commit_held()  # the writes held for the commit, with it (rows.at_commit)
             return result
-        except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # ProgrammingError: 26000
+        except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # ProgrammingError: 42883
             if lost_connection(error):
                 connection.close()
                 if committing:

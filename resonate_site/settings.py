@@ -90,7 +90,7 @@ def database_from_url(url):
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         }
     elif db["ENGINE"] == "django.db.backends.postgresql":
-        db["ENGINE"] = "floor.postgresql"  # Django's, telling floor.rows of rollbacks (floor/postgresql/base.py)
+        db["ENGINE"] = "floor.postgresql"  # Django's, migrating without long locks (floor/postgresql/base.py)
         db["CONN_MAX_AGE"] = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
         # A database that does not answer a connect, or a connection whose peer went silent, is given up on
         # in seconds, not after TCP's minutes of retries.
@@ -105,11 +105,11 @@ def database_from_url(url):
         }.items():
             options.setdefault(name, value)
         # Client-side binding (Django's default) is relied on where statements share a query string: a
-        # transaction's first statement carries its BEGIN, and statements sent together go at once, each prepared
-        # by name (floor.rows.send_all). A hot statement sent alone is bound server-side (floor.rows.cursor_of).
-        # Either is prepared once a connection has sent it this many times: PostgreSQL then plans it once.
-        # DATABASE_PREPARE_THRESHOLD=off behind a pooler in transaction mode, which does not keep a session's
-        # prepared statements.
+        # transaction's first statement carries its BEGIN, and a commit carries the writes held for it. A hot
+        # statement sent alone, and statements sent together (as one function of theirs: floor.functions), are
+        # bound server-side (floor.rows.cursor_of), and prepared once a connection has sent them this many times:
+        # PostgreSQL then plans them once. DATABASE_PREPARE_THRESHOLD=off behind a pooler in transaction mode,
+        # which does not keep a session's prepared statements (the functions' own plans are kept either way).
         options["server_side_binding"] = False
         options.setdefault("prepare_threshold", prepare_threshold(os.environ.get("DATABASE_PREPARE_THRESHOLD", "5")))
         # No per-request health check (a round trip each): floor.transactions reconnects and

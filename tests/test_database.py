@@ -9,7 +9,7 @@ from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
-from floor import rows
+from floor import functions, rows
 from floor.clock import now_ms
 from floor.transactions import Mode
 from resonate_site.protocol.envelope import answer
@@ -504,7 +504,9 @@ def test_a_transaction_s_begin_goes_with_its_first_statement_and_its_commit_with
 
     assert reply["head"]["status"] == 200 and Listener.objects.filter(promise_id="p").exists()
     assert len(sent) == 2, sent
-    assert sent[0].startswith(' "BEGIN; SELECT') and sent[1].startswith(' "INSERT INTO "promises_listener"'), sent
+    assert sent[0].startswith(' "BEGIN; SELECT') and sent[1].endswith('; COMMIT"'), sent
+    held = sent[1].startswith(' "INSERT INTO "promises_listener"') or sent[1].startswith(' "SELECT * FROM r_')
+    assert held, sent  # the write as it is, or (sent before by this process) as its function (floor.functions)
     assert sent[1].endswith('; COMMIT"'), sent
     assert connection.get_autocommit() and raw.autocommit  # as atomic() leaves a connection
 
@@ -601,24 +603,34 @@ def test_a_hot_statement_run_often_is_prepared_and_planned_once():
     assert any('FROM "promises_promise" WHERE "id" = $1' in statement for statement in prepared), prepared
 
 
-def prepared_by_send_all():
-    """The names this connection has prepared (floor.rows), as PostgreSQL lists them."""
+def made_functions():
+    """The functions floor.functions has made in this database, by name."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'r\\_%%'")
+        cursor.execute("SELECT proname FROM pg_proc WHERE proname ~ '^r_[0-9a-f]{20}$'")
         return {name for (name,) in cursor.fetchall()}
+
+
+@pytest.fixture
+def sent_before(monkeypatch):
+    """Statements sent together become a function the first time (floor.functions.SENT_BEFORE at 0), in a process
+    that has made none yet."""
+    monkeypatch.setattr(functions, "SENT_BEFORE", 0)
+    monkeypatch.setattr(functions, "_shapes", {})
+    monkeypatch.setattr(functions, "_by_name", {})
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_statements_sent_together_often_go_as_executes_of_statements_prepared_once(tmp_path):
-    """A settle with nothing registered sends its lock and its writes in one query string (rows.send_all). Once
-    the connection has sent them DATABASE_PREPARE_THRESHOLD times, the string that next needs them prepares them
-    (PREPARE, in front), and from then on it is two EXECUTEs: PostgreSQL plans them once. Every settle settles."""
+def test_statements_sent_together_often_go_as_one_function_bound_server_side(tmp_path, monkeypatch):
+    """A settle with nothing registered sends its lock and its writes together (rows.send_all). The first time they go
+    as one query string; from the second, as one call of a function made of them, its parameters bound apart
+    (server-side): PostgreSQL plans its statements once per session. Every settle settles."""
     from promises.models import Promise
 
+    monkeypatch.setattr(functions, "_shapes", {})
     connection.ensure_connection()
     raw, trace = connection.connection, tmp_path / "libpq.trace"
-    ids = [f"often-{n}" for n in range(8)]
+    ids = [f"often-{n}" for n in range(4)]
     for id in ids:
         assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
     sent = []
@@ -630,80 +642,134 @@ def test_statements_sent_together_often_go_as_executes_of_statements_prepared_on
             finally:
                 raw.pgconn.untrace()
         assert reply["head"]["status"] == 200 and reply["data"]["promise"]["state"] == "resolved", reply
-        queries = [line.split("\t", 4)[-1] for line in trace.read_text().splitlines() if "\tQuery\t" in line]
-        assert len(queries) == 1, queries  # one round trip each
-        sent.append(queries[0])
+        sent.append([line.split("\t")[3:] for line in trace.read_text().splitlines() if "\tF\t" in line])
 
-    assert all(query.startswith(' "SELECT held.*') for query in sent[:5]), sent[:5]  # sent as they are
-    assert sent[5].startswith(' "PREPARE r_') and sent[5].count("PREPARE r_") == 2, sent[5]  # the sixth prepares
-    assert all(query.startswith(' "EXECUTE r_') and "PREPARE" not in query for query in sent[6:]), sent[6:]
-    executed = set(re.findall(r"EXECUTE (r_\w+)\(", sent[-1]))
-    assert len(executed) == 2 and executed <= prepared_by_send_all(), (executed, sent[-1])
+    assert [kind for kind, *_ in sent[0]] == ["Query"] and sent[0][0][1].startswith(' "SELECT held.*'), sent[0]
+    for trip in sent[1:]:
+        kinds = [kind for kind, *_ in trip]
+        assert "Query" not in kinds and kinds[-1] == "Sync" and "Execute" in kinds, trip  # one round trip, bound
+    called = set(re.findall(r"FROM (r_[0-9a-f]{20})\(", str(sent[1])))
+    assert len(called) == 1 and called <= made_functions(), sent[1]
     assert {rows.fetch(Promise, id).state for id in ids} == {"resolved"}
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_string_that_fails_after_its_prepares_leaves_the_connection_knowing_what_is_prepared():
-    """PREPARE is not transactional: the string failed, its statements stay prepared. The connection asks
-    PostgreSQL which before it sends another, instead of preparing them again (an error: they exist)."""
-    from django.db import DataError
+def test_a_function_returns_each_statement_s_rows_as_the_query_string_does(sent_before):
+    """Rows of every column type the hot tables hold (text, bigint, smallint, boolean, jsonb, NULL), statements without
+    rows (None), with none found ([]), the same statement twice: the function's results are the string's."""
+    from promises.models import Promise
 
-    rows._kept_on(connection).prepared.threshold = 0  # prepare at once
-    parts = [("SELECT %s::int", [1]), ("SELECT 10 / %s::int", [0])]
-    with pytest.raises(DataError):  # division by zero, after both PREPAREs ran
-        rows.send_all(connection, parts)
-    assert len(prepared_by_send_all()) == 2
+    answer(
+        envelope("promise.create", {"id": "typed", "timeoutAt": 10**13, "param": {"data": "eA=="}, "tags": {"a": "b"}})
+    )
+    read = f"SELECT {rows.columns(Promise)} FROM promises_promise WHERE id = %s"
+    parts = [
+        (read, ["typed"]),
+        ("UPDATE promises_promise SET branch = branch WHERE id = %s AND %s", ["typed", True]),
+        (read, ["nobody"]),
+        ("SELECT %s::int + 1, %s::text, NULL::bigint, %s::jsonb", [1, "x", functions_jsonb({"k": [1, 2]})]),
+        ("SELECT %s::int + 1, %s::text, NULL::bigint, %s::jsonb", [2, "y", functions_jsonb(None)]),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("; ".join(sql for sql, _ in parts), [v for _, p in parts for v in p])
+        as_string = rows._results(cursor, len(parts))
+    as_function = rows.send_all(connection, parts)
+    assert len(made_functions()) >= 1
+    assert as_function == as_string and as_function[1] is None and as_function[2] == [], as_function
+    assert rows.send_all(connection, parts) == as_string  # and again, the function made
 
-    assert rows.send_all(connection, [("SELECT %s::int", [1]), ("SELECT 10 / %s::int", [5])]) == [[(1,)], [(2,)]]
-    assert len(prepared_by_send_all()) == 2
+
+def functions_jsonb(value):
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(value)
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_statements_deallocated_behind_the_server_s_back_are_prepared_again_and_the_request_answers():
-    """Someone ran DEALLOCATE ALL on the connection (a pooler's DISCARD ALL): the next EXECUTE finds no statement
-    of its name. The operation is retried (floor.transactions), the connection forgets what it had prepared and
-    prepares it again."""
-    rows._kept_on(connection).prepared.threshold = 0  # prepare at once
+def test_a_function_dropped_behind_the_server_s_back_is_made_again_and_the_request_answers(sent_before):
+    """Someone dropped the functions (by hand, a restore of another database): the next call finds none of its name.
+    The operation is retried (floor.transactions), and the function made again."""
     for id in ("one", "two"):
         assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
     assert answer(envelope("promise.settle", {"id": "one", "state": "resolved", "value": {}}))["head"]["status"] == 200
-    prepared = prepared_by_send_all()
-    assert prepared
+    made = made_functions()
+    assert made
+    with connection.cursor() as cursor:
+        for name in made:
+            cursor.execute(f"DROP FUNCTION {name}")
 
-    connection.connection.execute("DEALLOCATE ALL")
     settled = answer(envelope("promise.settle", {"id": "two", "state": "resolved", "value": {}}))
 
     assert settled["head"]["status"] == 200 and settled["data"]["promise"]["state"] == "resolved", settled
-    assert prepared_by_send_all() == set(rows._kept_on(connection).prepared.names)
+    assert made_functions() & made
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_statement_sent_twice_in_one_string_is_prepared_once():
-    """One string may carry the same statement twice (a settle's held writes with several registrations). Where its
-    count passes the threshold it is prepared once, in front, and both go as EXECUTEs of that name: two PREPAREs
-    of one name failed the string (DuplicatePreparedStatement, a 500; issue 26)."""
-    kept = rows._kept_on(connection).prepared
-    kept.threshold = 0  # prepare at once: the first string that carries it
-    parts = [("SELECT %s::int + 1", [1]), ("SELECT %s::int + 1", [2]), ("SELECT %s::int + 1", [3])]
-    assert rows.send_all(connection, parts) == [[(2,)], [(3,)], [(4,)]]
-    assert len(prepared_by_send_all()) == 1 == len(kept.names)
-    assert rows.send_all(connection, parts) == [[(2,)], [(3,)], [(4,)]]
+def test_statements_a_function_cannot_carry_go_as_a_query_string(sent_before, caplog):
+    """More parameters than a function takes (FUNCTION_MAX_ARGS), or a statement PostgreSQL cannot describe alone (a
+    parameter of no type it can tell): sent as one query string, every time, and said once in the log."""
+    before = made_functions()
+    values = list(range(functions.FUNCTION_MAX_ARGS + 1))
+    wide = (f"SELECT count(*) FROM (VALUES {rows.placeholders(values).replace('%s', '(%s::int)')}) v", values)
+    for _ in range(2):
+        assert rows.send_all(connection, [wide, ("SELECT %s::text", ["w"])]) == [[(len(values),)], [("w",)]]
+    with caplog.at_level("WARNING", logger="floor.functions"):
+        for _ in range(2):
+            found = rows.send_all(connection, [("SELECT %s IS NULL", [None]), ("SELECT %s::int", [7])])
+            assert found == [[(True,)], [(7,)]]
+    assert made_functions() == before
+    assert sum("stay a query string" in message for message in caplog.messages) == 1, caplog.messages
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("threshold", [0, 1, 2, 5])
-def test_settling_promises_with_several_registrations_answers_at_every_threshold(threshold):
-    """Each settle here sends the same statements several times in one string (one per callback and listener), and
-    at some settle their counts cross the threshold."""
-    rows._kept_on(connection).prepared.threshold = threshold
+def test_two_processes_making_one_function_at_once_both_call_it():
+    """Two processes that meet the same statements at once both create their function: the second's CREATE finds it
+    made (DuplicateFunction, or a unique violation on the catalog while the first commits), which is as good."""
+    parts = [("SELECT %s::int * 2", [3]), ("SELECT %s::text || 'b'", ["a"])]
+    results, errors = [], []
+
+    def make():
+        from django.db import connections
+
+        try:
+            function = functions._create(connections["default"], parts)
+            results.append(function)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    functions._by_name.clear()
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and all(isinstance(r, functions.Function) for r in results) and len(results) == 4, results
+    (name,) = {function.name for function in results}
+    assert name in made_functions()
+    definition, *_ = functions._definition(
+        [sql for sql, _ in parts], [([20], [(23, -1)]), ([25], [(25, -1)])], connection.connection
+    )
+    functions._create_function(connection.connection, definition)  # made already: no error
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("sent", [0, 1, 2, 5])
+def test_settling_promises_with_several_registrations_answers_however_often_sent_before(sent, monkeypatch):
+    """Each settle here sends the same statements several times together (one per callback and listener), in strings
+    of varying shapes, and at some settle they become a function."""
+    monkeypatch.setattr(functions, "SENT_BEFORE", sent)
+    monkeypatch.setattr(functions, "_shapes", {})
     for n in range(8):
-        id = f"settled-{threshold}-{n}"
+        id = f"settled-{sent}-{n}"
         assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
-        for awaiter in range(2 + n % 2):  # the counts cross the threshold at varying places
+        for awaiter in range(2 + n % 2):  # the shapes vary
             awaiter_id = f"{id}.a{awaiter}"
             created = answer(
                 envelope("promise.create", {"id": awaiter_id, "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}})
@@ -716,25 +782,6 @@ def test_settling_promises_with_several_registrations_answers_at_every_threshold
             assert listened["head"]["status"] == 200, listened
         settled = answer(envelope("promise.settle", {"id": id, "state": "resolved", "value": {}}))
         assert settled["head"]["status"] == 200 and settled["data"]["promise"]["state"] == "resolved", settled
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_connection_keeps_at_most_so_many_statements_prepared(monkeypatch):
-    """Statements of many shapes (an IN list of every length) would each stay prepared: beyond MAX, the least
-    recently sent is deallocated, in the string that prepares the next."""
-    kept = rows._kept_on(connection).prepared
-    monkeypatch.setattr(rows._Prepared, "MAX", 3)
-    kept.threshold = 0
-    for round in range(2):
-        for width in range(1, 6):
-            values = list(range(width))
-            sql = f"SELECT count(*) FROM (VALUES {rows.placeholders(values).replace('%s', '(%s::int)')}) v"
-            assert rows.send_all(connection, [(sql, values), ("SELECT %s::text", [str(round)])]) == [
-                [(width,)],
-                [(str(round),)],
-            ]
-            assert len(prepared_by_send_all()) <= 3
 
 
 @pytest.mark.parametrize(
@@ -842,9 +889,33 @@ def test_a_multi_host_url_connects_to_the_host_that_answers(tmp_path):
     assert shown.stdout.split()[-1] == str(settings_dict["PORT"])
 
 
+def said(trip):
+    """What a round trip sent (as round_trips shows it), with the statements of any function it calls (floor.functions)
+    in place of the call."""
+    for name in re.findall(r"\br_[0-9a-f]{20}\b", trip):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [name])
+            ((body,),) = cursor.fetchall()
+        statements = [line for line in body.split("BEGIN\n", 1)[1].splitlines() if not line.startswith("r_")]
+        statements = [
+            re.sub(r"^FOR [^ ]+(, [^ ]+)* IN (.*) LOOP RETURN NEXT; END LOOP;$", r"\2", line) for line in statements
+        ]
+        trip = trip.replace(name, " ".join(statements[:-1]))  # but END
+    return trip
+
+
+def first(trip):
+    """The first statement a round trip sent: of the query string, or of the function it calls."""
+    text = said(trip).removeprefix("Parse").strip(' "')
+    if text.startswith("SELECT * FROM "):
+        text = text.removeprefix("SELECT * FROM ")
+    return text
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tmp_path):
+@pytest.mark.parametrize("sent_before", [10**9, 0], ids=["as-strings", "as-functions"])
+def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tmp_path, monkeypatch, sent_before):
     """promise.settle locks the promise and asks what is registered on it in one round trip; with nothing
     registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a fenced
     settle's. With a listener the settlement takes it and writes its unblock: a round trip for the settlement,
@@ -852,8 +923,12 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     awaiter and reads its task with its own lock, and sends the settlement and the resume with the COMMIT. A
     registration's insert goes with COMMIT, task.create of a new promise is one statement, and task.acquire one
     query string. A round trip
-    is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent)."""
+    is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent). The same
+    round trips whether statements sent together go as they are or as their function (floor.functions)."""
     from promises.models import Promise
+
+    monkeypatch.setattr(functions, "SENT_BEFORE", sent_before)
+    monkeypatch.setattr(functions, "_shapes", {})
 
     def round_trips(body):
         raw, trace = connection.connection, tmp_path / "libpq.trace"
@@ -867,18 +942,18 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
         sent = [line.split("\t")[3:] for line in trace.read_text().splitlines() if "\tF\t" in line]
         trips, current = [], []
         for kind, *rest in sent:
-            current.append(rest[0] if kind == "Query" else kind)
+            current.append(rest[0] if kind == "Query" else kind + (f" {rest[-1]}" if kind == "Parse" else ""))
             if kind in ("Query", "Sync"):
-                trips.append(current)
+                trips.append(" ".join(current))
                 current = []
-        return [trip[0] if len(trip) == 1 else trip for trip in trips]
+        return trips
 
     for id in ("alone", "listened"):
         assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
     listen = {"awaited": "listened", "address": "poll://uni@g/w"}
     registered = round_trips(envelope("promise.register_listener", listen))
     assert len(registered) == 2, registered  # the lock, then the listener's insert with COMMIT
-    assert registered[1].startswith(' "INSERT INTO "promises_listener"') and registered[1].endswith('; COMMIT"')
+    assert first(registered[1]).startswith('INSERT INTO "promises_listener"') and registered[1].endswith('; COMMIT"')
     action = {"kind": "promise.create", "head": {}, "data": {"id": "new", "timeoutAt": 10**13}}
     created = round_trips(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
     assert len(created) == 1 and "Execute" in created[0], created  # one statement, bound apart, in autocommit
@@ -887,14 +962,14 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     # in one query string in autocommit.
     alone = round_trips(envelope("promise.settle", {"id": "alone", "state": "resolved", "value": {}}))
     assert len(alone) == 1, alone
-    assert alone[0].startswith(' "SELECT') and "FOR UPDATE" in alone[0] and "BEGIN" not in alone[0], alone
-    assert '"promises_listener"' in alone[0] and 'UPDATE "promises_promise"' in alone[0], alone
+    assert first(alone[0]).startswith("SELECT") and "FOR UPDATE" in said(alone[0]) and "BEGIN;" not in alone[0], alone
+    assert '"promises_listener"' in said(alone[0]) and 'UPDATE "promises_promise"' in said(alone[0]), alone
 
     # A listener: that query string writes nothing, then the settlement takes it in a transaction.
     listened = round_trips(envelope("promise.settle", {"id": "listened", "state": "resolved", "value": {}}))
     assert len(listened) == 4, listened
-    assert listened[1].startswith(' "BEGIN; SELECT') and "EXISTS" in listened[1], listened
-    assert listened[3].startswith(' "INSERT INTO "outbox_message"') and listened[3].endswith('; COMMIT"'), listened
+    assert listened[1].startswith(' "BEGIN; SELECT') and "EXISTS" in said(listened[1]), listened
+    assert first(listened[3]).startswith('INSERT INTO "outbox_message"') and listened[3].endswith('; COMMIT"'), listened
 
     action = {"kind": "promise.create", "head": {}, "data": {"id": "held", "timeoutAt": 10**13}}
     created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
@@ -902,7 +977,7 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     fulfil = {"id": "held", "version": created["data"]["task"]["version"], "action": settle}
     fulfilled = round_trips(envelope("task.fulfill", fulfil))
     assert len(fulfilled) == 2, fulfilled  # task.fulfill asks the same question of the task's promise
-    assert "EXISTS" in fulfilled[0] and fulfilled[1].endswith('; COMMIT"'), fulfilled
+    assert "EXISTS" in said(fulfilled[0]) and fulfilled[1].endswith('; COMMIT"'), fulfilled
 
     action = {"kind": "promise.create", "head": {}, "data": {"id": "fencing", "timeoutAt": 10**13}}
     created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
@@ -911,7 +986,7 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     fence = {"id": "fencing", "version": created["data"]["task"]["version"], "action": settle}
     fenced = round_trips(envelope("task.fence", fence))
     assert len(fenced) == 2, fenced  # the fence's locks, its task and the settled promise's registrations at once
-    assert "EXISTS" in fenced[0] and fenced[1].endswith('; COMMIT"'), fenced
+    assert "EXISTS" in said(fenced[0]) and fenced[1].endswith('; COMMIT"'), fenced
     settled = ("alone", "listened", "held", "fenced")
     assert {rows.fetch(Promise, id).state for id in settled} == {"resolved"}
 
@@ -929,9 +1004,10 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     settle = {"kind": "promise.settle", "head": {}, "data": {"id": "child", "state": "resolved", "value": {}}}
     resumed = round_trips(envelope("task.fulfill", {"id": "child", "version": versions["child"], "action": settle}))
     assert len(resumed) == 2, resumed
-    assert resumed[0].count("FOR UPDATE") == 2 and '"awaiter_id" FROM' in resumed[0], resumed  # child; its awaiters
-    assert resumed[1].startswith(' "UPDATE "promises_promise"'), resumed  # the settlement, first
-    assert "outbox_message" in resumed[1] and resumed[1].endswith('; COMMIT"'), resumed  # the resume and its execute
+    locks = said(resumed[0])
+    assert locks.count("FOR UPDATE") == 2 and '"awaiter_id" FROM' in locks, resumed  # child; its awaiters
+    assert first(resumed[1]).startswith('UPDATE "promises_promise"'), resumed  # the settlement, first
+    assert "outbox_message" in said(resumed[1]) and resumed[1].endswith('; COMMIT"'), resumed  # resume, execute
     assert rows.fetch(Promise, "child").state == "resolved"
     from tasks.models import Task
 
@@ -941,7 +1017,7 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     version = answer(envelope("task.get", {"id": "parent"}))["data"]["task"]["version"]
     acquire = {"id": "parent", "version": version, "pid": "w", "ttl": 60_000}
     acquired = round_trips(envelope("task.acquire", acquire))
-    assert len(acquired) == 1 and acquired[0].startswith(' "WITH held AS MATERIALIZED'), acquired
+    assert len(acquired) == 1 and first(acquired[0]).startswith("WITH held AS MATERIALIZED"), acquired
     assert rows.fetch(Task, "parent").state == "acquired"
 
 

@@ -1,9 +1,10 @@
 """The conformance state machine (tests/conformance) against real server processes, over HTTP.
 
 The in-process conformance tests run the handlers inside a test transaction, with the queries watched, so the
-hot path production runs is never reached there: kept cursors, statements prepared by psycopg and by name
-(floor.rows.send_all) once a connection has sent them DATABASE_PREPARE_THRESHOLD times, several threads each
-with its own connection, several processes. Here the same random histories, compared step by step with the
+hot path production runs is never reached there: kept cursors, statements prepared by psycopg once a connection
+has sent them DATABASE_PREPARE_THRESHOLD times, statements sent together as the PL/pgSQL functions a process makes
+of them (floor.functions) the second time it sends them, several threads each with its own connection, several
+processes. Here the same random histories, compared step by step with the
 executable specification (every status and every record as it comes, the whole stored state every few steps and
 at the end of each history), go to:
 
@@ -12,9 +13,9 @@ at the end of each history), go to:
   and time is moved by the histories themselves (resonate:debug_time, debug.tick), so that it is the model's;
 - the embedded server (`manage.py serve`, the mode `bin/serve` runs) on SQLite.
 
-Connections, and what each has prepared, live across histories: a threshold is crossed somewhere in the middle
-of one. Every run ends with `manage.py invariants` over the database and with the servers' logs free of 500s
-and tracebacks.
+Connections, what each has prepared, and the functions made, live across histories: a threshold is crossed
+somewhere in the middle of one. Every run ends with `manage.py invariants` over the database and with the servers'
+logs free of 500s and tracebacks.
 
 CONFORMANCE_LIVE_EXAMPLES (300) histories of CONFORMANCE_LIVE_STEPS (50) steps per configuration; more for a
 sweep: CONFORMANCE_LIVE_EXAMPLES=10000 bin/test -k live_conformance

@@ -1,0 +1,224 @@
+"""Statements sent together, run as one PL/pgSQL function made from their own text (PostgreSQL).
+
+floor.rows.send_all sends several statements in one round trip. As one client-bound query string, PostgreSQL would
+parse and plan each of them at every call, and the client would quote every parameter into the string. Instead,
+once a process has sent the same statements more than SENT_BEFORE times, they become a function:
+
+    CREATE FUNCTION r_<digest>(<the parameters' types>) RETURNS TABLE (r_part integer, <each result column>)
+    LANGUAGE plpgsql AS $r$ BEGIN <each statement, as written>; … END $r$
+
+called as one statement, `SELECT * FROM r_<digest>(%s, …)`, which psycopg binds server-side (and prepares once the
+connection has sent it DATABASE_PREPARE_THRESHOLD times). PL/pgSQL plans each statement of its body once per
+session, whatever the call's binding, so the plans are kept behind a pooler too. Nothing is written by hand: a
+statement without rows runs as it is, and one with rows (a SELECT, a write … RETURNING) runs as a FOR loop that
+returns each row in its own columns, tagged with its place (r_part). The function is VOLATILE, so under READ
+COMMITTED each statement takes a new snapshot, as each statement of a query string does: locks, and what a
+statement sees of those before it, are the same either way.
+
+The parameter and column types are PostgreSQL's own: each statement is described (libpq's PQdescribePrepared) on a
+connection of its own, which also creates the function, in a transaction of its own (so a request's rollback never
+takes a function with it). The function's name is a digest of its whole definition, types included: two releases
+that send different statements, or one schema and the next, never call each other's functions during a rolling
+restart. Whatever cannot become a function (more than FUNCTION_MAX_ARGS parameters, a statement PostgreSQL cannot
+describe alone, a user without CREATE on the schema) is sent as one client-bound string, as before, and logged once.
+"""
+
+import hashlib
+import logging
+import re
+import threading
+
+log = logging.getLogger(__name__)
+
+SENT_BEFORE = 1  # a process makes a function of statements it sends together more than this many times
+FUNCTION_MAX_ARGS = 100  # PostgreSQL's FUNC_MAX_ARGS
+UNDEFINED_FUNCTION = "42883"  # the function is gone (dropped by hand), or takes other types than this call sends
+SHAPES_MAX = 4096  # statement strings counted per process; beyond, the counts start again (IN lists of every length)
+
+_BOOL, _INT2, _INT4, _INT8, _JSONB = 16, 21, 23, 20, 3802  # type OIDs
+_COMMAND_OK = 1  # psycopg.pq.ExecStatus.COMMAND_OK
+
+
+class Function:
+    """A function made of statements sent together: its call, and how its rows split into each statement's."""
+
+    __slots__ = ("name", "call", "slices", "failures")
+
+    def __init__(self, name, arguments, slices):
+        self.name, self.slices, self.failures = name, slices, 0
+        self.call = f"SELECT * FROM {name}({', '.join(['%s'] * arguments)})"
+
+    def results(self, found):
+        """The rows of each statement, as a query string's results would be: None for one that returns none."""
+        by_part = [None if columns is None else [] for columns in self.slices]
+        for row in found:
+            part = row[0]
+            start, stop = self.slices[part]
+            by_part[part].append(row[start:stop])
+        return by_part
+
+
+_shapes = {}  # (alias, database, statements): how often sent (int), its Function, or NEVER
+_by_name = {}  # name: its Function (one object per function, which counts its failures)
+_creating = threading.Lock()
+NEVER = "never"
+
+
+def function_for(connection, parts):
+    """The Function that runs these statements, (sql, params) each, or None: send them as they are."""
+    key = (connection.alias, connection.settings_dict["NAME"], tuple(sql for sql, _ in parts))
+    found = _shapes.get(key, 0)
+    if found.__class__ is Function:
+        return found
+    if found is NEVER:
+        return None
+    if found < SENT_BEFORE:
+        if len(_shapes) >= SHAPES_MAX:
+            _shapes.clear()
+        _shapes[key] = found + 1
+        return None
+    if sum(len(params) for _, params in parts) > FUNCTION_MAX_ARGS:
+        _shapes[key] = NEVER
+        return None
+    with _creating:
+        found = _shapes.get(key, 0)
+        if found.__class__ is not Function and found is not NEVER:
+            _shapes[key] = _create(connection, parts)
+    return _shapes[key] if _shapes[key].__class__ is Function else None
+
+
+def failed(function, error):
+    """A call of `function` failed with this (psycopg) error. When PostgreSQL found no such function (dropped by
+    hand, or declared with types this call's values do not match), the next call makes it again; a second time,
+    the process sends those statements as a string from then on. The operation is retried (floor.transactions)."""
+    if getattr(error, "sqlstate", None) != UNDEFINED_FUNCTION:
+        return
+    function.failures += 1
+    for key, found in list(_shapes.items()):
+        if found is function:
+            _shapes[key] = NEVER if function.failures > 1 else SENT_BEFORE
+
+
+def _create(connection, parts):
+    """Describe the statements and create their function (unless it exists) on a connection of its own: the Function,
+    or NEVER (logged) when they cannot become one."""
+    try:
+        side = connection.get_new_connection(connection.get_connection_params())
+    except Exception:
+        log.warning("could not connect to make a function of statements sent together; sent as they are for now")
+        return SENT_BEFORE  # asked again at the next send
+    try:
+        side.autocommit = True
+        described = [_describe(side.pgconn, sql, params) for sql, params in parts]
+        definition, name, arguments, slices = _definition([sql for sql, _ in parts], described, side)
+        if not _exists(side, name):
+            _create_function(side, definition)
+        return _by_name.setdefault(name, Function(name, arguments, slices))
+    except Exception as error:
+        log.warning("statements sent together stay a query string (%s): %s", error, [sql for sql, _ in parts])
+        return NEVER
+    finally:
+        side.close()
+
+
+def _describe(pgconn, sql, params):
+    """(parameter type OIDs, [(column type OID, type modifier)]) of one statement, as PostgreSQL plans it. Parameters
+    are described with the types psycopg binds them with where PostgreSQL cannot always tell from the statement (an
+    int in `%s - %s`), and left for PostgreSQL to infer otherwise."""
+    numbered, _ = _numbered(sql, 0)
+    prepared = pgconn.prepare(b"", numbered.encode(), [_hint(value) for value in params])
+    if prepared.status != _COMMAND_OK:
+        raise ValueError(prepared.error_message.decode(errors="replace").strip())
+    found = pgconn.describe_prepared(b"")
+    if found.status != _COMMAND_OK:
+        raise ValueError(found.error_message.decode(errors="replace").strip())
+    columns = [(found.ftype(n), found.fmod(n)) for n in range(found.nfields)] if found.nfields else None
+    return [found.param_type(n) for n in range(found.nparams)], columns
+
+
+def _hint(value):
+    from psycopg.types.json import Jsonb
+
+    if isinstance(value, bool):
+        return _BOOL
+    if isinstance(value, int):
+        return _INT8
+    return _JSONB if isinstance(value, Jsonb) else 0
+
+
+def _numbered(sql, offset):
+    """The statement with $n for its %s placeholders, counted from offset + 1, and % for %%: (text, count)."""
+    count = 0
+
+    def number(match):
+        nonlocal count
+        if match.group(0) == "%%":
+            return "%"
+        count += 1
+        return f"${offset + count}"
+
+    return re.sub(r"%%|%s", number, sql), count
+
+
+def _definition(sqls, described, side):
+    """(CREATE FUNCTION …, its name, its count of arguments, each statement's (start, stop) in a row or None)."""
+    oids = [(_INT8 if oid in (_INT2, _INT4) else oid, -1) for parameters, _ in described for oid in parameters]
+    oids += [column for _, columns in described for column in columns or ()]
+    names = _type_names(side, oids)
+    arguments = [names.pop(0) for _ in range(sum(len(parameters) for parameters, _ in described))]
+    outputs, body, slices, offset, start = ["r_part integer"], [], [], 0, 1
+    for part, (sql, (parameters, columns)) in enumerate(zip(sqls, described, strict=True)):
+        numbered, count = _numbered(sql, offset)
+        assert count == len(parameters), (sql, parameters)
+        offset += count
+        if columns is None:
+            body.append(f"{numbered};")
+            slices.append(None)
+            continue
+        variables = [f"r_{part}_{n}" for n in range(len(columns))]
+        outputs += [f"{variable} {names.pop(0)}" for variable in variables]
+        body += [
+            f"r_part := {part};",
+            f"FOR {', '.join(variables)} IN {numbered} LOOP RETURN NEXT; END LOOP;",
+            *(f"{variable} := NULL;" for variable in variables),
+        ]
+        slices.append((start, start + len(columns)))
+        start += len(columns)
+    text = (
+        f"({', '.join(arguments)}) RETURNS TABLE ({', '.join(outputs)}) LANGUAGE plpgsql AS $r$\n"
+        "#variable_conflict use_column\nBEGIN\n" + "\n".join(body) + "\nEND $r$"
+    )
+    name = "r_" + hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
+    return f"CREATE FUNCTION {name}{text}", name, len(arguments), slices
+
+
+def _type_names(side, oids):
+    """Each (type OID, modifier) as PostgreSQL spells it in a declaration."""
+    if not oids:
+        return []
+    with side.cursor() as cursor:
+        cursor.execute(
+            "SELECT format_type(o, NULLIF(m, -1)) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY AS t(o, m, n)"
+            " ORDER BY n",
+            [[oid for oid, _ in oids], [modifier for _, modifier in oids]],
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+def _exists(side, name):
+    with side.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_proc WHERE proname = %s AND pronamespace = current_schema()::regnamespace", [name]
+        )
+        return cursor.fetchone() is not None
+
+
+def _create_function(side, definition):
+    """CREATE FUNCTION; another process that created the same one meanwhile is as good."""
+    from psycopg import errors
+
+    try:
+        with side.cursor() as cursor:
+            cursor.execute(definition)
+    except (errors.DuplicateFunction, errors.UniqueViolation):
+        pass
