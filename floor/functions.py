@@ -4,14 +4,14 @@ floor.rows.send_all sends several statements in one round trip. As one client-bo
 parse and plan each of them at every call, and the client would quote every parameter into the string. Instead,
 once a process has sent the same statements more than SENT_BEFORE times, they become a function:
 
-    CREATE FUNCTION r_<digest>(<the parameters' types>) RETURNS TABLE (r_part integer, <each result column>)
+    CREATE FUNCTION r_<digest>(<the parameters' types>) RETURNS TABLE (r_part integer, <result columns>)
     LANGUAGE plpgsql AS $r$ BEGIN <each statement, as written>; … END $r$
 
 called as one statement, `SELECT * FROM r_<digest>(%s, …)`, which psycopg binds server-side (and prepares once the
 connection has sent it DATABASE_PREPARE_THRESHOLD times). PL/pgSQL plans each statement of its body once per
 session, whatever the call's binding, so the plans are kept behind a pooler too. Nothing is written by hand: a
 statement without rows runs as it is, and one with rows (a SELECT, a write … RETURNING) runs as a FOR loop that
-returns each row in its own columns, tagged with its place (r_part). The function is VOLATILE, so under READ
+returns each row in columns of its types, tagged with its place (r_part). The function is VOLATILE, so under READ
 COMMITTED each statement takes a new snapshot, as each statement of a query string does: locks, and what a
 statement sees of those before it, are the same either way.
 
@@ -25,6 +25,7 @@ describe alone, a user without CREATE on the schema) is sent as one client-bound
 
 import hashlib
 import logging
+import operator
 import re
 import threading
 
@@ -42,20 +43,30 @@ _COMMAND_OK = 1  # psycopg.pq.ExecStatus.COMMAND_OK
 class Function:
     """A function made of statements sent together: its call, and how its rows split into each statement's."""
 
-    __slots__ = ("name", "call", "slices", "failures")
+    __slots__ = ("name", "call", "readers", "returns", "failures")
 
-    def __init__(self, name, arguments, slices):
-        self.name, self.slices, self.failures = name, slices, 0
-        self.call = f"SELECT * FROM {name}({', '.join(['%s'] * arguments)})"
+    def __init__(self, name, arguments, places):
+        self.name, self.failures = name, 0
+        # each statement's reader: its columns, picked out of a row by their places; None for one without rows
+        self.readers = [None if at is None else _picker(at) for at in places]
+        self.returns = any(reader is not None for reader in self.readers)
+        self.call = f"SELECT {'* FROM ' if self.returns else ''}{name}({', '.join(['%s'] * arguments)})"
 
     def results(self, found):
         """The rows of each statement, as a query string's results would be: None for one that returns none."""
-        by_part = [None if columns is None else [] for columns in self.slices]
-        for row in found:
-            part = row[0]
-            start, stop = self.slices[part]
-            by_part[part].append(row[start:stop])
+        by_part = [None if reader is None else [] for reader in self.readers]
+        if self.returns:  # else its one row is its void
+            for row in found:
+                by_part[row[0]].append(self.readers[row[0]](row))
         return by_part
+
+
+def _picker(places):
+    if places == list(range(places[0], places[0] + len(places))):
+        start, stop = places[0], places[0] + len(places)
+        return lambda row: row[start:stop]
+    get = operator.itemgetter(*places)
+    return get if len(places) > 1 else lambda row: (get(row),)
 
 
 _shapes = {}  # (alias, database, statements): how often sent (int), its Function, or NEVER
@@ -161,35 +172,57 @@ def _numbered(sql, offset):
 
 
 def _definition(sqls, described, side):
-    """(CREATE FUNCTION …, its name, its count of arguments, each statement's (start, stop) in a row or None)."""
+    """(CREATE FUNCTION …, its name, its count of arguments, each statement's column places in a row, or None).
+
+    The statements that return rows share the function's columns: a column of one type serves the same type in
+    each (the first text column of every statement is the same output column), so that a row is as wide as the
+    widest statement's, not as all of them together; r_part says whose row it is. A function of statements that
+    return no rows returns void."""
     oids = [(_INT8 if oid in (_INT2, _INT4) else oid, -1) for parameters, _ in described for oid in parameters]
     oids += [column for _, columns in described for column in columns or ()]
     names = _type_names(side, oids)
     arguments = [names.pop(0) for _ in range(sum(len(parameters) for parameters, _ in described))]
-    outputs, body, slices, offset, start = ["r_part integer"], [], [], 0, 1
+    outputs, body, places, offset, rows = ["r_part integer"], [], [], 0, []
     for part, (sql, (parameters, columns)) in enumerate(zip(sqls, described, strict=True)):
         numbered, count = _numbered(sql, offset)
         assert count == len(parameters), (sql, parameters)
         offset += count
+        body.append(f"{numbered};")
         if columns is None:
-            body.append(f"{numbered};")
-            slices.append(None)
+            places.append(None)
             continue
-        variables = [f"r_{part}_{n}" for n in range(len(columns))]
-        outputs += [f"{variable} {names.pop(0)}" for variable in variables]
-        body += [
-            f"r_part := {part};",
-            f"FOR {', '.join(variables)} IN {numbered} LOOP RETURN NEXT; END LOOP;",
-            *(f"{variable} := NULL;" for variable in variables),
-        ]
-        slices.append((start, start + len(columns)))
-        start += len(columns)
+        taken, at = set(), []
+        for _ in columns:
+            kind = names.pop(0)
+            free = [n for n, output in enumerate(outputs) if n and n not in taken and output.split(" ", 1)[1] == kind]
+            if not free:
+                outputs.append(f"r_{len(outputs)} {kind}")
+                free = [len(outputs) - 1]
+            taken.add(free[0])
+            at.append(free[0])
+        places.append(at)
+        rows.append((part, numbered, at))
+    for part, numbered, at in rows:
+        if numbered.startswith("SELECT "):  # a query of its own: its rows go straight to the result
+            aliases = [f"c{n}" for n in range(len(at))]
+            picked = [
+                aliases[at.index(n)] if n in at else f"NULL::{output.split(' ', 1)[1]}"
+                for n, output in enumerate(outputs)
+                if n
+            ]
+            body[part] = (
+                f"RETURN QUERY SELECT {part}, {', '.join(picked)} FROM ({numbered}) AS r_s({', '.join(aliases)});"
+            )
+        else:  # a write … RETURNING, or a WITH of writes, which cannot be a subquery: row by row
+            variables = ", ".join(outputs[n].split(" ", 1)[0] for n in at)
+            body[part] = f"r_part := {part}; FOR {variables} IN {numbered} LOOP RETURN NEXT; END LOOP;"
+    returns = f"TABLE ({', '.join(outputs)})" if len(outputs) > 1 else "void"
     text = (
-        f"({', '.join(arguments)}) RETURNS TABLE ({', '.join(outputs)}) LANGUAGE plpgsql AS $r$\n"
+        f"({', '.join(arguments)}) RETURNS {returns} LANGUAGE plpgsql AS $r$\n"
         "#variable_conflict use_column\nBEGIN\n" + "\n".join(body) + "\nEND $r$"
     )
     name = "r_" + hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
-    return f"CREATE FUNCTION {name}{text}", name, len(arguments), slices
+    return f"CREATE FUNCTION {name}{text}", name, len(arguments), places
 
 
 def _type_names(side, oids):
