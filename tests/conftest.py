@@ -114,9 +114,9 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselected (never skipped): tests marked slow unless --slow is given, tests marked postgres in the SQLite
-    pass and tests marked sqlite or beside_sqlite in the PostgreSQL pass (bin/test runs both passes side by side:
-    beside_sqlite balances their times)."""
+    """Deselected (never skipped): tests marked slow unless --slow is given, tests marked postgres or beside_postgres
+    in the SQLite pass and tests marked sqlite or beside_sqlite in the PostgreSQL pass (bin/test runs its two lanes
+    side by side: beside_sqlite and beside_postgres balance their times)."""
     from django.db import connection
 
     def left_out(item):
@@ -125,7 +125,8 @@ def pytest_collection_modifyitems(config, items):
         in_sqlite_pass = item.get_closest_marker("sqlite") or item.get_closest_marker("beside_sqlite")
         if in_sqlite_pass and connection.vendor != "sqlite":
             return True
-        return bool(item.get_closest_marker("postgres")) and connection.vendor != "postgresql"
+        in_postgres_pass = item.get_closest_marker("postgres") or item.get_closest_marker("beside_postgres")
+        return bool(in_postgres_pass) and connection.vendor != "postgresql"
 
     deselected = [item for item in items if left_out(item)]
     if deselected:

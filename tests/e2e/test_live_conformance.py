@@ -11,7 +11,8 @@ at the end of each history), go to:
 - production mode on PostgreSQL: two `serve` processes (requests alternate between them), the Redis hub, a
   Celery worker and Beat, at DATABASE_PREPARE_THRESHOLD 0, 1, 5 and off; the background is paused (debug.start)
   and time is moved by the histories themselves (resonate:debug_time, debug.tick), so that it is the model's;
-- the embedded server (`manage.py serve`, the mode `bin/serve` runs) on SQLite.
+- the embedded server (`manage.py serve`, the mode `bin/serve` runs) on SQLite (a database of its own: it runs in the
+  PostgreSQL pass, beside the SQLite pass and the fault suite).
 
 Connections, what each has prepared, and the functions made, live across histories: a threshold is crossed
 somewhere in the middle of one. Every run ends with `manage.py invariants` over the database and with the servers'
@@ -33,7 +34,7 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from tests.conformance.test_conformance import Conformance
 from tests.conftest import Protocol
-from tests.e2e.conftest import Cluster, embedded_env, start_embedded
+from tests.e2e.conftest import Cluster, embedded_env, migrate, start_embedded
 from tests.e2e.servers import assert_clean_logs, run_invariants
 
 REDIS_DB = 8  # the machine's Redis, a database of its own (the production fixture uses 7)
@@ -139,8 +140,10 @@ def test_production_behaves_as_the_specification_at_every_prepare_threshold(thre
     assert_clean_logs(logs)
 
 
-@pytest.mark.sqlite  # the embedded server as bin/serve runs it; the PostgreSQL pass runs production mode above
-def test_the_embedded_server_behaves_as_the_specification(database_url, tmp_path_factory):
+@pytest.mark.beside_postgres  # the embedded server as bin/serve runs it, on a SQLite database of its own
+def test_the_embedded_server_behaves_as_the_specification(tmp_path_factory):
+    database_url = f"sqlite:///{tmp_path_factory.mktemp('live-db') / 'embedded.sqlite3'}"
+    migrate(database_url)
     env = {**embedded_env(database_url, server_settings={}), "RESONATE_DEBUG": "true"}  # the model's timings
     logs = tmp_path_factory.mktemp("live-embedded")
     server = start_embedded(env, logs / "server.log")
