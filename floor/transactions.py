@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 # floor.functions made that someone dropped (or whose types this call does not match): the retry makes it again,
 # or sends its statements as a string.
 RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", functions.UNDEFINED_FUNCTION}
+# PostgreSQL's class 53, insufficient resources: out of memory or of shared memory (the lock table full), disk full,
+# too many connections. Nothing was written; it passes (other work ends), so it is retried and then a 503, not a 500.
+INSUFFICIENT_RESOURCES = "53"
 # PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now (class 08 is connection_exception).
 SHUTDOWN_SQLSTATES = {"57P01", "57P02", "57P03"}
 
@@ -50,11 +53,13 @@ def lost_connection(error):
 
 
 def lost_race(error):
-    """Whether a database error means "another transaction got there first" rather than a bug."""
+    """Whether a database error means "another transaction got there first", or that the database is short of a
+    resource for a moment, rather than a bug. Either way the operation runs again, and its caller gets a 503 if it
+    keeps failing."""
     if isinstance(error, IntegrityError):
         return True  # two creates of one id: the loser retries and finds the winner's row
-    cause = error.__cause__
-    if getattr(cause, "sqlstate", None) in RETRYABLE_SQLSTATES:
+    state = getattr(error.__cause__, "sqlstate", None) or ""
+    if state in RETRYABLE_SQLSTATES or state.startswith(INSUFFICIENT_RESOURCES):
         return True
     return "database is locked" in str(error) or "database table is locked" in str(error)
 
