@@ -28,6 +28,7 @@ import logging
 import operator
 import re
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,16 @@ def _picker(places):
 _shapes = {}  # (alias, database, statements): how often sent (int), its Function, or NEVER
 _by_name = {}  # name: its Function (one object per function, which counts its failures)
 _creating = threading.Lock()
+_paused_until = 0.0  # time.monotonic() before which no function is made (the side connection failed)
 NEVER = "never"
+PAUSE_S = 30  # after a failure to connect, or to wait for a lock, no function is made for this long
+# The side connection waits this long at most for a lock: a request holding locks waits for it (a migration queued
+# between the two would otherwise stall both, PostgreSQL seeing no cycle through this process).
+SIDE_OPTIONS = "-c lock_timeout=200 -c statement_timeout=2000"
+# A call that failed so: the function is gone (dropped by hand), or no longer matches the schema (a column's type
+# changed under a running release) or the types this call's values are bound with. PostgreSQL's undefined_function,
+# datatype_mismatch, feature_not_supported.
+REMADE_SQLSTATES = {UNDEFINED_FUNCTION, "42804", "0A000"}
 
 
 def function_for(connection, parts):
@@ -91,40 +101,57 @@ def function_for(connection, parts):
     if sum(len(params) for _, params in parts) > FUNCTION_MAX_ARGS:
         _shapes[key] = NEVER
         return None
+    if time.monotonic() < _paused_until:
+        return None
     with _creating:
         found = _shapes.get(key, 0)
         if found.__class__ is not Function and found is not NEVER:
-            _shapes[key] = _create(connection, parts)
-    return _shapes[key] if _shapes[key].__class__ is Function else None
+            found = _shapes[key] = _create(connection, parts)
+    return found if found.__class__ is Function else None
 
 
 def failed(function, error):
-    """A call of `function` failed with this (psycopg) error. When PostgreSQL found no such function (dropped by
-    hand, or declared with types this call's values do not match), the next call makes it again; a second time,
-    the process sends those statements as a string from then on. The operation is retried (floor.transactions)."""
-    if getattr(error, "sqlstate", None) != UNDEFINED_FUNCTION:
-        return
+    """A call of `function` failed with this (psycopg) error: whether the function is to blame (REMADE_SQLSTATES),
+    and the operation may run again (floor.transactions). Its statements are then described and made into a function
+    again at their next send; a second time, the process sends them as a string from then on."""
+    if getattr(error, "sqlstate", None) not in REMADE_SQLSTATES:
+        return False
     function.failures += 1
     for key, found in list(_shapes.items()):
         if found is function:
             _shapes[key] = NEVER if function.failures > 1 else SENT_BEFORE
+    return True
 
 
 def _create(connection, parts):
-    """Describe the statements and create their function (unless it exists) on a connection of its own: the Function,
-    or NEVER (logged) when they cannot become one."""
+    """Describe the statements and create their function (unless it exists) on a connection of its own: the Function;
+    NEVER (logged) when they cannot become one; SENT_BEFORE (asked again later) when the connection failed or waited
+    too long for a lock."""
+    global _paused_until
+    import psycopg
+
     try:
-        side = connection.get_new_connection(connection.get_connection_params())
-    except Exception:
-        log.warning("could not connect to make a function of statements sent together; sent as they are for now")
-        return SENT_BEFORE  # asked again at the next send
+        params = connection.get_connection_params()
+        options = f"{params.get('options', '')} {SIDE_OPTIONS}".strip()
+        side = psycopg.connect(**{**params, "options": options, "autocommit": True})
+    except Exception as error:
+        log.warning("could not connect to make a function of statements sent together (%s); sent as they are", error)
+        _paused_until = time.monotonic() + PAUSE_S
+        return SENT_BEFORE
     try:
-        side.autocommit = True
         described = [_describe(side.pgconn, sql, params) for sql, params in parts]
-        definition, name, arguments, slices = _definition([sql for sql, _ in parts], described, side)
+        definition, name, arguments, places = _definition([sql for sql, _ in parts], described, side)
         if not _exists(side, name):
             _create_function(side, definition)
-        return _by_name.setdefault(name, Function(name, arguments, slices))
+        return _by_name.setdefault(name, Function(name, arguments, places))
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled, psycopg.OperationalError) as error:
+        log.warning("making a function of statements sent together waited or failed (%s); sent as they are", error)
+        _paused_until = time.monotonic() + PAUSE_S
+        return SENT_BEFORE
+    except psycopg.errors.InsufficientPrivilege as error:
+        log.warning("no function is made of statements sent together (%s): grant CREATE on the schema", error)
+        _paused_until = float("inf")  # for this process's life
+        return NEVER
     except Exception as error:
         log.warning("statements sent together stay a query string (%s): %s", error, [sql for sql, _ in parts])
         return NEVER
@@ -135,16 +162,39 @@ def _create(connection, parts):
 def _describe(pgconn, sql, params):
     """(parameter type OIDs, [(column type OID, type modifier)]) of one statement, as PostgreSQL plans it. Parameters
     are described with the types psycopg binds them with where PostgreSQL cannot always tell from the statement (an
-    int in `%s - %s`), and left for PostgreSQL to infer otherwise."""
+    int in `%s - %s`), and left for PostgreSQL to infer otherwise. A parameter it infers as a smaller integer is then
+    declared bigint, as psycopg binds an int of any size, and the statement described again with it so: what it
+    returns is then of the types the function's body gives it."""
     numbered, _ = _numbered(sql, 0)
-    prepared = pgconn.prepare(b"", numbered.encode(), [_hint(value) for value in params])
+    hints = [_hint(value) for value in params]
+    parameters, columns = _described(pgconn, numbered, hints)
+    widened = [_INT8 if oid in (_INT2, _INT4) else oid for oid in parameters]
+    if widened != parameters:
+        parameters, columns = _described(pgconn, numbered, widened)
+    return parameters, columns
+
+
+def _described(pgconn, numbered, types):
+    prepared = pgconn.prepare(b"", numbered.encode(), types)
     if prepared.status != _COMMAND_OK:
-        raise ValueError(prepared.error_message.decode(errors="replace").strip())
+        raise _error(prepared)
     found = pgconn.describe_prepared(b"")
     if found.status != _COMMAND_OK:
-        raise ValueError(found.error_message.decode(errors="replace").strip())
+        raise _error(found)
     columns = [(found.ftype(n), found.fmod(n)) for n in range(found.nfields)] if found.nfields else None
     return [found.param_type(n) for n in range(found.nparams)], columns
+
+
+def _error(result):
+    """A failed describe as psycopg's error of its SQLSTATE (a lock not available, a privilege missing: _create)."""
+    from psycopg import errors
+
+    state = (result.error_field(_SQLSTATE) or b"").decode()
+    message = result.error_message.decode(errors="replace").strip()
+    return errors.lookup(state)(message) if state else ValueError(message)
+
+
+_SQLSTATE = ord("C")  # PG_DIAG_SQLSTATE
 
 
 def _hint(value):
@@ -178,7 +228,7 @@ def _definition(sqls, described, side):
     each (the first text column of every statement is the same output column), so that a row is as wide as the
     widest statement's, not as all of them together; r_part says whose row it is. A function of statements that
     return no rows returns void."""
-    oids = [(_INT8 if oid in (_INT2, _INT4) else oid, -1) for parameters, _ in described for oid in parameters]
+    oids = [(oid, -1) for parameters, _ in described for oid in parameters]  # widened by _describe
     oids += [column for _, columns in described for column in columns or ()]
     names = _type_names(side, oids)
     arguments = [names.pop(0) for _ in range(sum(len(parameters) for parameters, _ in described))]
@@ -241,7 +291,9 @@ def _type_names(side, oids):
 def _exists(side, name):
     with side.cursor() as cursor:
         cursor.execute(
-            "SELECT 1 FROM pg_proc WHERE proname = %s AND pronamespace = current_schema()::regnamespace", [name]
+            "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE p.proname = %s AND n.nspname = current_schema()",
+            [name],
         )
         return cursor.fetchone() is not None
 

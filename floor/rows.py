@@ -89,7 +89,8 @@ def send_all(connection, parts, results=True):
             cursor.execute(f"{function.call}; COMMIT" if commit else function.call, params)
             found = cursor.fetchall()
     except Exception as error:
-        functions.failed(function, error.__cause__)
+        if functions.failed(function, error.__cause__):
+            error.function_remade = True  # the operation may run again (floor.transactions.lost_race)
         raise
     if not results:
         return None

@@ -9,16 +9,14 @@ import time
 
 from django.db import IntegrityError, InterfaceError, OperationalError, ProgrammingError, connection, transaction
 
-from floor import functions, rows
+from floor import rows
 from floor.conf import resonate_settings
 from floor.outages import Outage, log_failure
 
 log = logging.getLogger(__name__)
 
-# PostgreSQL: serialization_failure, deadlock_detected, lock_not_available; undefined_function, a function
-# floor.functions made that someone dropped (or whose types this call does not match): the retry makes it again,
-# or sends its statements as a string.
-RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03", functions.UNDEFINED_FUNCTION}
+# PostgreSQL: serialization_failure, deadlock_detected, lock_not_available.
+RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03"}
 # PostgreSQL's class 53, insufficient resources: out of memory or of shared memory (the lock table full), disk full,
 # too many connections. Nothing was written; it passes (other work ends), so it is retried and then a 503, not a 500.
 INSUFFICIENT_RESOURCES = "53"
@@ -58,6 +56,8 @@ def lost_race(error):
     keeps failing."""
     if isinstance(error, IntegrityError):
         return True  # two creates of one id: the loser retries and finds the winner's row
+    if getattr(error, "function_remade", False):
+        return True  # a function of floor.functions gone or stale: made again, or its statements sent as a string
     state = getattr(error.__cause__, "sqlstate", None) or ""
     if state in RETRYABLE_SQLSTATES or state.startswith(INSUFFICIENT_RESOURCES):
         return True
@@ -113,7 +113,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
                 committing = True
                 rows.commit_held()  # the writes held for the commit, with it (rows.at_commit)
             return result
-        except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # ProgrammingError: 42883
+        except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # Programming: 42883
             if lost_connection(error):
                 connection.close()
                 if committing:

@@ -1075,3 +1075,73 @@ def test_a_database_short_of_a_resource_is_retried_then_a_503_not_a_500(shortage
     with pytest.raises(Busy):
         run_atomically(operation)
     assert len(calls) > 1  # run again before giving up
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_function_stale_after_a_column_s_type_changed_is_made_again(sent_before):
+    """A rolling upgrade changed a column's type under a running process: its function still returns the old type
+    (datatype_mismatch). The call says so (function_remade: floor.transactions runs the operation again), and the
+    next send describes the statements again and makes the function of the new types."""
+    from django.db import DatabaseError
+
+    from floor.transactions import run_atomically
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS stale_kind; CREATE TABLE stale_kind (id text PRIMARY KEY, n integer)")
+        cursor.execute("INSERT INTO stale_kind VALUES ('a', 1)")
+    parts = [("SELECT n FROM stale_kind WHERE id = %s", ["a"]), ("SELECT %s::text", ["b"])]
+    try:
+        assert rows.send_all(connection, parts) == [[(1,)], [("b",)]]
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE stale_kind ALTER COLUMN n TYPE bigint")
+        with pytest.raises(DatabaseError) as failed:
+            rows.send_all(connection, parts)
+        assert failed.value.function_remade
+        assert run_atomically(rows.send_all, connection, parts) == [[(1,)], [("b",)]]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE stale_kind")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_making_a_function_never_waits_behind_a_lock_its_own_request_holds(sent_before, monkeypatch):
+    """A request's transaction holds a lock; a migration's ALTER queues behind it; the request then sends statements
+    that would become a function. Describing them on the side connection would wait for the ALTER, which waits for
+    the request: a cycle PostgreSQL cannot see. The side connection gives up within its lock_timeout, the statements
+    go as a string, no function is made for a while, and the ALTER goes through once the request commits."""
+    from django.db import transaction
+
+    monkeypatch.setattr(functions, "_paused_until", 0.0)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS queued; CREATE TABLE queued (id text PRIMARY KEY)")
+    altered = []
+
+    def alter():
+        import psycopg
+
+        params = connection.get_connection_params()
+        with psycopg.connect(**{**params, "autocommit": True}) as other:
+            other.execute("SET lock_timeout = '20s'")
+            other.execute("ALTER TABLE queued ADD COLUMN later integer")
+            altered.append(time.monotonic())
+
+    try:
+        with transaction.atomic():
+            rows.query("SELECT count(*) FROM queued")  # the request holds its lock from here
+            migrating = threading.Thread(target=alter)
+            migrating.start()
+            time.sleep(0.3)  # the ALTER is queued behind it
+            started = time.monotonic()
+            found = rows.send_all(connection, [("SELECT count(*) FROM queued WHERE id <> %s", ["x"]), ("SELECT 1", [])])
+            waited = time.monotonic() - started
+            assert found == [[(0,)], [(1,)]]
+            assert waited < 1.5, waited
+            assert functions._paused_until > time.monotonic()  # no function made for a while
+            assert not altered
+        migrating.join(10)
+        assert altered
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS queued")
