@@ -90,6 +90,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     READ_TIMEOUT_MS of its opening or of the request's first byte, and ending streams when the server stops."""
 
     deadlines = None
+    draining = False  # the server is stopping: this connection's next request is its last (shutdown)
+    DRAIN_S = 1.0
 
     def connection_made(self, transport):
         super().connection_made(transport)
@@ -103,6 +105,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self):
         self._headers_arrived()
         super().on_headers_complete()
+        if self.draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered with Connection: close: the client's next goes elsewhere
 
     def connection_lost(self, exc):
         self._headers_arrived()
@@ -110,9 +114,23 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def shutdown(self):
         """The server is stopping (SIGTERM): it accepts no more connections and lets requests in flight finish;
-        streams end now, so that their workers reconnect to another process (outbox.hub.end_streams)."""
+        streams end now, so that their workers reconnect to another process (outbox.hub.end_streams).
+
+        An idle keep-alive connection is not closed at once, as uvicorn would: a client may be sending its next
+        request on it at that very moment, and a POST cut so is not retried by HTTP clients (the released
+        TypeScript SDK's task.create failed so during a rolling restart, "fetch failed"). For DRAIN_S it stays
+        open; a request that comes meanwhile is answered with Connection: close, and the client's next request goes
+        to another process. Then it is closed."""
         end_streams()
-        super().shutdown()
+        if self.cycle is None or self.cycle.response_complete:
+            self.draining = True
+            self.loop.call_later(self.DRAIN_S, self._close_if_idle)
+        else:
+            super().shutdown()
+
+    def _close_if_idle(self):
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self.transport.close()
 
     def _expect_headers(self):
         if self.deadlines is None:

@@ -110,3 +110,37 @@ def test_a_server_told_to_stop_ends_its_streams_at_once_and_its_worker_gets_its_
     )
     assert worker.next(kind="execute", timeout=15)["data"]["task"]["id"] == unique
     assert worker.connects == 2
+
+
+def test_a_request_on_an_idle_connection_of_a_server_told_to_stop_is_answered_and_told_to_go_elsewhere(
+    production, unique, tmp_path
+):
+    """A client may send its next request on a kept-alive connection at the moment the server is told to stop. Closed
+    at once, as uvicorn closes idle connections, that POST would fail ("fetch failed" in the released TypeScript SDK,
+    which does not send it again): the connection stays open for a moment, the request is answered with
+    `Connection: close`, and the client's next request connects elsewhere."""
+    from http.client import HTTPConnection
+    from urllib.parse import urlsplit
+
+    import orjson
+
+    leaving = start_embedded(production.servers[0].env, tmp_path / "leaving.log")
+    address = urlsplit(leaving.url)
+    http = HTTPConnection(address.hostname, address.port, timeout=10)
+    head = {"corrId": "c", "version": "2026-04-01"}
+    body = orjson.dumps({"kind": "promise.get", "head": head, "data": {"id": unique}})
+    http.request("POST", "/", body=body, headers={"Content-Type": "application/json"})
+    first = http.getresponse()
+    first.read()
+    assert first.status == 404 and first.getheader("Connection") != "close"  # answered (no such promise), kept alive
+
+    leaving.process.popen.terminate()
+    time.sleep(0.2)  # the server has begun to stop; the connection is idle
+    http.request("POST", "/", body=body, headers={"Content-Type": "application/json"})
+    last = http.getresponse()
+    assert last.status == 404 and orjson.loads(last.read())["head"]["status"] == 404
+    assert last.getheader("Connection") == "close"
+    http.close()
+    leaving.process.popen.wait(timeout=20)
+    leaving.process.stop()
+    assert_clean_logs(tmp_path)
