@@ -658,6 +658,8 @@ def test_statements_sent_together_often_go_as_one_function_bound_server_side(tmp
 def test_a_function_returns_each_statement_s_rows_as_the_query_string_does(sent_before):
     """Rows of every column type the hot tables hold (text, bigint, smallint, boolean, jsonb, NULL), statements without
     rows (None), with none found ([]), the same statement twice: the function's results are the string's."""
+    from psycopg.types.json import Jsonb
+
     from promises.models import Promise
 
     answer(
@@ -668,8 +670,8 @@ def test_a_function_returns_each_statement_s_rows_as_the_query_string_does(sent_
         (read, ["typed"]),
         ("UPDATE promises_promise SET branch = branch WHERE id = %s AND %s", ["typed", True]),
         (read, ["nobody"]),
-        ("SELECT %s::int + 1, %s::text, NULL::bigint, %s::jsonb", [1, "x", functions_jsonb({"k": [1, 2]})]),
-        ("SELECT %s::int + 1, %s::text, NULL::bigint, %s::jsonb", [2, "y", functions_jsonb(None)]),
+        ("SELECT %s::int + 1, %s::text, NULL::bigint, %s::jsonb", [1, "x", Jsonb({"k": [1, 2]})]),
+        ("SELECT %s::int + 1, %s::text, NULL::bigint, %s::jsonb", [2, "y", Jsonb(None)]),
     ]
     with connection.cursor() as cursor:
         cursor.execute("; ".join(sql for sql, _ in parts), [v for _, p in parts for v in p])
@@ -678,12 +680,6 @@ def test_a_function_returns_each_statement_s_rows_as_the_query_string_does(sent_
     assert len(made_functions()) >= 1
     assert as_function == as_string and as_function[1] is None and as_function[2] == [], as_function
     assert rows.send_all(connection, parts) == as_string  # and again, the function made
-
-
-def functions_jsonb(value):
-    from psycopg.types.json import Jsonb
-
-    return Jsonb(value)
 
 
 @pytest.mark.postgres
