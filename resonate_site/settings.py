@@ -84,11 +84,15 @@ def database_from_url(url):
     """One DATABASES entry from DATABASE_URL, tuned per backend (SQLite: WAL + immediate transactions)."""
     db = parse_database_url(url)
     if db["ENGINE"] == "django.db.backends.sqlite3":
+        db["ENGINE"] = "floor.sqlite3"  # Django's, with one process's writers queued in Python (floor/sqlite3/base.py)
         db["OPTIONS"] = {
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         }
+        # Kept for the thread's life: opening one (its PRAGMAs, Django's SQL functions registered) cost more than
+        # the request it served (bench/README.md, the embedded mode). A file on this machine does not go away.
+        db["CONN_MAX_AGE"] = None
     elif db["ENGINE"] == "django.db.backends.postgresql":
         db["ENGINE"] = "floor.postgresql"  # Django's, migrating without long locks (floor/postgresql/base.py)
         db["CONN_MAX_AGE"] = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
@@ -165,7 +169,7 @@ DEFAULT_SQLITE = BASE_DIR / "var" / "resonate.sqlite3"
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE}"))}
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+elif DATABASES["default"]["ENGINE"] == "floor.sqlite3":
     # A file, not memory: tests with several threads (live server, races) need WAL and real locking.
     main = Path(DATABASES["default"]["NAME"])
     DATABASES["default"]["TEST"] = {"NAME": str(main.with_name(f"test-{main.name}"))}

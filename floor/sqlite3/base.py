@@ -1,0 +1,56 @@
+"""Django's SQLite backend, with the writers of one process queued in Python rather than in SQLite.
+
+SQLite takes one writer at a time, and every transaction here begins IMMEDIATE, as a writer
+(resonate_site/settings.py). A writer that finds the lock taken waits in SQLite's busy handler, which sleeps and
+looks again (1, 2, 5, 10, … 100 ms): under 16 clients that polling was the embedded mode's p99 (bench/README.md).
+So the transactions of one process take turns on a lock of the process first, and SQLite's own lock is then
+free whenever one asks for it. The lock is held from BEGIN to COMMIT or ROLLBACK, not while the commit's hooks
+run (delivery notices). Another process (a management command) still meets the busy handler, as before.
+"""
+
+import threading
+
+from django.db import OperationalError
+from django.db.backends.sqlite3 import base
+
+WRITER_WAIT_S = 30.0  # as long as SQLite's own busy timeout (resonate_site/settings.py)
+_writer = threading.Lock()
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    holds_writer = False
+
+    def _start_transaction_under_autocommit(self):
+        if not _writer.acquire(timeout=WRITER_WAIT_S):
+            # What SQLite's busy timeout raises, and is handled as: a lost race, retried, then a 503.
+            raise OperationalError(f"database is locked: no turn to write within {WRITER_WAIT_S:g} s")
+        self.holds_writer = True
+        try:
+            super()._start_transaction_under_autocommit()
+        except BaseException:
+            self._release_writer()
+            raise
+
+    def _commit(self):
+        try:
+            return super()._commit()
+        finally:
+            if not (self.connection is not None and self.connection.in_transaction):
+                self._release_writer()  # a commit that failed (SQLITE_BUSY) leaves the transaction open: kept
+
+    def _rollback(self):
+        try:
+            return super()._rollback()
+        finally:
+            self._release_writer()
+
+    def _close(self):
+        try:
+            return super()._close()
+        finally:
+            self._release_writer()
+
+    def _release_writer(self):
+        if self.holds_writer:
+            self.holds_writer = False
+            _writer.release()

@@ -1,0 +1,119 @@
+"""SQLite: the writers of one process take turns on a lock of the process (floor/sqlite3/base.py), held from BEGIN to
+COMMIT or ROLLBACK, so that none waits in SQLite's sleeping busy handler."""
+
+import threading
+import time
+
+import pytest
+from django.db import OperationalError, connection, transaction
+
+from floor.sqlite3 import base as sqlite_backend
+from promises.models import Promise
+
+pytestmark = [pytest.mark.sqlite, pytest.mark.django_db(transaction=True)]
+
+
+def create(id):
+    Promise.objects.create(id=id, state="pending", timeout_at=1, created_at=0)
+
+
+def test_the_lock_is_held_from_begin_to_commit_and_is_free_when_the_commit_s_hooks_run():
+    held_in_hook = []
+    with transaction.atomic():
+        assert sqlite_backend._writer.locked() and connection.holds_writer
+        create("a")
+        transaction.on_commit(lambda: held_in_hook.append(sqlite_backend._writer.locked()))
+    assert held_in_hook == [False]
+    assert not sqlite_backend._writer.locked() and not connection.holds_writer
+
+
+def test_a_rollback_frees_the_lock():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        create("b")
+        raise RuntimeError("the operation failed")
+    assert not sqlite_backend._writer.locked()
+    assert not Promise.objects.filter(id="b").exists()
+
+
+def test_a_savepoint_takes_no_second_turn():
+    with transaction.atomic(), transaction.atomic():  # would wait on itself for WRITER_WAIT_S if it did
+        create("c")
+    assert Promise.objects.filter(id="c").exists()
+
+
+def test_a_begin_that_fails_frees_the_lock(monkeypatch):
+    def refuse(self, *args):
+        raise OperationalError("disk I/O error")
+
+    connection.ensure_connection()
+    monkeypatch.setattr(sqlite_backend.base.DatabaseWrapper, "_start_transaction_under_autocommit", refuse)
+    with pytest.raises(OperationalError), transaction.atomic():
+        pass
+    assert not sqlite_backend._writer.locked()
+
+
+def test_a_closed_connection_frees_the_lock():
+    """A thread's connection dropped mid-transaction (a worker thread ending): the lock does not stay taken."""
+    seen = []
+
+    def drop_mid_transaction():
+        transaction.atomic().__enter__()
+        seen.append(sqlite_backend._writer.locked())
+        connection.close()
+
+    thread = threading.Thread(target=drop_mid_transaction)
+    thread.start()
+    thread.join(10)
+    assert seen == [True] and not sqlite_backend._writer.locked()
+
+
+def test_a_writer_of_another_thread_goes_as_soon_as_the_first_commits_not_after_a_busy_sleep():
+    """SQLite's busy handler sleeps 1, 2, 5, … 100 ms between looks, and a writer that came second waited up to that
+    long after the lock was free. Queued on the process's lock, it goes at once."""
+    committed, begun = [], []
+    first_in = threading.Event()
+
+    def second():
+        first_in.wait()
+        with transaction.atomic():
+            begun.append(time.monotonic())
+            create("second")
+        connection.close()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    with transaction.atomic():
+        create("first")
+        first_in.set()
+        time.sleep(0.3)  # the second thread waits for the lock meanwhile
+    committed.append(time.monotonic())
+    thread.join(10)
+    assert Promise.objects.filter(id__in=["first", "second"]).count() == 2
+    assert begun[0] - committed[0] < 0.02
+
+
+def test_a_writer_that_gets_no_turn_within_its_wait_is_told_the_database_is_locked(monkeypatch):
+    """What SQLite's own busy timeout raises: handled as a lost race, retried, then a 503 (floor.transactions)."""
+    from floor.transactions import lost_race
+
+    monkeypatch.setattr(sqlite_backend, "WRITER_WAIT_S", 0.05)
+    failed = []
+    release, holding = threading.Event(), threading.Event()
+
+    def hold():
+        with transaction.atomic():
+            holding.set()
+            release.wait(5)
+        connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(5)
+    try:
+        with pytest.raises(OperationalError) as error, transaction.atomic():
+            pass
+        failed.append(error.value)
+    finally:
+        release.set()
+        thread.join(10)
+    assert lost_race(failed[0])
