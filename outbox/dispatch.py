@@ -11,7 +11,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 
 from floor.clock import now_ms
 from floor.conf import resonate_settings
@@ -26,6 +26,7 @@ from outbox.delivery import (
     deliver,
     deliver_due,
     due_on_join,
+    hears_joins,
     identity,
     record_written,
     recorded_on_write,
@@ -176,6 +177,7 @@ class Deliverer(threading.Thread):
         self.keys = queue.Queue(self.WAITING)
         self.handoff = None if embedded else Handoff()
         self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause, read at most every 100 ms
+        self.hears_every_join = False  # see outbox.delivery.joins_heard
 
     def stop(self):
         self.stopped.set()
@@ -190,6 +192,7 @@ class Deliverer(threading.Thread):
             self.handoff.start()
         if self.embedded and hasattr(hub(), "joined"):  # every stream is in this process: told of each that connects
             hub().joined = self.joined
+            self.hears_every_join = connection.vendor == "sqlite"
         super().start()
 
     def joined(self, group):
@@ -377,6 +380,14 @@ class Handoff(threading.Thread):
             except Exception as error:
                 log.warning("could not hand %d messages to Celery (%s); the delivery pass will", len(keys), error)
 
+
+def hears_every_join():
+    """Whether this process's deliverer runs and hears every stream connect (outbox.delivery.joins_heard)."""
+    pid, running = _deliverer
+    return pid == os.getpid() and running.hears_every_join and not running.stopped.is_set()
+
+
+hears_joins(hears_every_join)
 
 _deliverer = (None, None)  # (process id, Deliverer): a forked process (a Celery worker) starts its own
 _deliverer_lock = threading.Lock()

@@ -27,6 +27,22 @@ def test_a_poll_message_with_no_stream_waits_for_one_until_its_grace_ends():
     assert settled_as(waited, Outcome.UNREACHED, 100 + grace).state == DeliveryState.DROPPED
 
 
+def test_where_every_join_is_heard_a_poll_message_with_no_stream_waits_for_a_join_or_the_end_of_its_grace(
+    monkeypatch,
+):
+    """The embedded mode on SQLite: a stream of its group connecting makes it due (due_on_join); it is not tried every
+    POLL_RETRY_MS meanwhile. Its one more attempt comes as its grace ends, counted from its first that found none."""
+    from outbox import delivery
+
+    grace = resonate_settings.POLL_GRACE_MS
+    monkeypatch.setattr(delivery, "_joins_heard", lambda: True)
+    assert settled_as(message(1), Outcome.UNREACHED, 100) == (DeliveryState.PENDING, 100 + grace, None, 100)
+    assert settled_as(message(3, unreached_since=100), Outcome.UNREACHED, 2_000).next_attempt_at == 100 + grace
+    assert settled_as(message(3, unreached_since=100), Outcome.UNREACHED, 100 + grace).state == DeliveryState.DROPPED
+    # The hub out of reach is not a missing stream: retried as before (the in-memory hub never is).
+    assert settled_as(message(1), Outcome.HUB_DOWN, 100).next_attempt_at == 100 + resonate_settings.POLL_RETRY_MS
+
+
 def test_the_grace_runs_from_the_first_attempt_that_found_no_stream_not_from_creation():
     """A message that waited out an outage (no deliverer, no hub, no database) still gets its whole grace."""
     late = resonate_settings.POLL_GRACE_MS * 3

@@ -1,10 +1,13 @@
 """The embedded server by itself: timeouts fire, awaiters resume and messages reach workers over SSE."""
 
+import contextlib
 import http.server
+import sqlite3
 import threading
 
 import httpx
 import orjson
+import psycopg
 
 from tests.e2e.conftest import embedded_env, start_embedded
 from tests.e2e.servers import Client, Listener, now_ms
@@ -135,13 +138,30 @@ def test_a_stream_ends_after_its_maximum_age_and_the_worker_reconnects(embedded,
 
 
 def test_an_unblock_sent_while_the_listener_reconnects_arrives_on_its_next_stream(embedded, unique):
+    """On SQLite the unblock waits for the stream without being tried again meanwhile: the server hears the stream
+    connect (outbox.delivery.joins_heard). On PostgreSQL it is tried every POLL_RETRY_MS (500 ms) meanwhile."""
     rpc = Client(embedded.url)
     assert rpc("promise.create", {"id": unique, "timeoutAt": now_ms() + 60_000})[0] == 200
     assert rpc("promise.register_listener", {"awaited": unique, "address": f"poll://uni@{unique}/c1"})[0] == 200
     assert rpc("promise.settle", {"id": unique, "state": "resolved", "value": {}})[0] == 200
     threading.Event().wait(2)  # no stream for 2 s: longer than an SDK's reconnect backoff
+    attempts = unblock_attempts(embedded.env["DATABASE_URL"], unique)
+    connecting = now_ms()
     client = Listener(embedded.url, unique, "c1")
-    assert client.next(kind="unblock")["data"]["promise"]["id"] == unique
+    unblock = client.next(kind="unblock")
+    assert unblock["data"]["promise"]["id"] == unique
+    assert unblock["received_at"] - connecting < 300, "it waited for a retry instead of going when the stream came"
+    assert attempts == 1 if embedded.env["DATABASE_URL"].startswith("sqlite") else attempts >= 3
+
+
+def unblock_attempts(database_url, promise_id):
+    """How many attempts the server has made to deliver the unblock of this promise, read from its database."""
+    query = "SELECT attempts FROM outbox_message WHERE kind = 'unblock' AND subject = %s"
+    if database_url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as connection:
+            return connection.execute(query.replace("%s", "?"), [promise_id]).fetchone()[0]
+    with psycopg.connect(database_url) as connection:
+        return connection.execute(query, [promise_id]).fetchone()[0]
 
 
 class Receiver(http.server.BaseHTTPRequestHandler):
