@@ -11,13 +11,24 @@ promise.settle and the task.create → task.fulfill pair at each client count, b
 server, the floor and the peer, and pgbench running the SQL the server sends (bench/pgbench/*.sql, prepared as
 the server prepares them). Needs wrk and pgbench on the PATH (Debian: apt-get install wrk postgresql-contrib);
 --no-peer when the peer is not beside the project, --no-floor to leave the floor out.
+
+--embedded measures the embedded mode instead (manage.py serve on SQLite, sweeping and delivering in its own
+process, as README.md's first command runs it) beside production mode in the same run, with its Celery worker and
+Beat sweeping as the embedded mode does (--no-background: without them), and the SQLite floor
+(bench/floor_sqlite.py: the least a Python front can do on SQLite, for promise.create and promise.get).
+
+--rounds N measures each point N times, interleaved (server, floor, peer, then again), and reports the median rate
+and the median p50 and p99: this VM's speed drifts over minutes. --markdown prints only the table, for
+bench/README.md.
 """
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -36,6 +47,9 @@ PEER = ROOT.parent / "shared" / "peers" / "resonate-pg"
 PEER_DB, PEER_PORT = "rpg_bench", 18032
 PEER_FILL_BATCH = 2_000  # resonate_rpc calls per statement when filling the peer (fill_peer)
 FLOOR_PORT = 18033
+EMBEDDED_PORT, SQLITE_FLOOR_PORT = 8010, 18034
+EMBEDDED_DB = BENCH / "results" / "embedded.sqlite3"
+SQLITE_FLOOR_DB = BENCH / "results" / "sqlite-floor.sqlite3"
 PREFILL = 20_000  # promises for promise.get
 SETTLE_PREFILL = 200_000  # pending promises for pgbench's settle, drawn at random: few draws repeat within a run
 SETTLE_PER_THREAD = 60_000  # pending promises per wrk thread per settle run
@@ -80,6 +94,36 @@ def prefill_settle(run, threads):
         f"FROM generate_series(1, {threads}) t, generate_series(1, {SETTLE_PER_THREAD}) n"
     )
     psql("VACUUM ANALYZE")
+
+
+SQLITE_PENDING = ("pending", "{}", "{}", "{}", 4102444800000, 1, None, 0, 0, None)
+
+
+def fresh_embedded_database():
+    """A new SQLite database for the embedded mode, migrated, with promise.get's promises."""
+    for path in (EMBEDDED_DB, SQLITE_FLOOR_DB):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "-v", "0"],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "DATABASE_URL": f"sqlite:///{EMBEDDED_DB}"},
+    )
+    sqlite_fill(f"g-{n}" for n in range(1, PREFILL + 1))
+    shutil.copyfile(EMBEDDED_DB, SQLITE_FLOOR_DB)  # the floor's own: two processes on one file wait for each other
+
+
+def sqlite_fill(ids):
+    with contextlib.closing(sqlite3.connect(EMBEDDED_DB, timeout=30)) as db, db:
+        db.executemany(
+            'INSERT INTO "promises_promise" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+            ((id, *SQLITE_PENDING) for id in ids),
+        )
+
+
+def prefill_embedded_settle(run, threads):
+    sqlite_fill(f"s-{run}-{t}-{n}" for t in range(1, threads + 1) for n in range(1, SETTLE_PER_THREAD + 1))
 
 
 def rpc(kind, data):
@@ -136,10 +180,10 @@ def start_floor(processes):
     return start_answering("floor", [*command, "--database", DATABASE_URL], FLOOR_PORT, os.environ)
 
 
-def start_answering(label, command, port, env):
-    """Start a protocol server of run.py's own (its output in results/<label>.log), once it answers a promise.get."""
+def start_answering(label, command, port, env, cwd=None):
+    """Start a protocol server (its output in results/<label>.log), once it answers a promise.get."""
     log = open(BENCH / "results" / f"{label}.log", "w")  # noqa: SIM115 (the process outlives this function)
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     body = b'{"kind":"promise.get","head":{"corrId":"r","version":"2026-04-01"},"data":{"id":"g-1"}}'
     for _ in range(100):
         try:
@@ -150,17 +194,55 @@ def start_answering(label, command, port, env):
     raise SystemExit(f"{label} did not start; see bench/results/{label}.log")
 
 
-def start_server(workers, threads):
+def start_sqlite_floor():
+    command = [
+        PYTHON,
+        str(BENCH / "floor_sqlite.py"),
+        "--port",
+        str(SQLITE_FLOOR_PORT),
+        "--database",
+        str(SQLITE_FLOOR_DB),
+    ]
+    return start_answering("sqlite-floor", command, SQLITE_FLOOR_PORT, os.environ)
+
+
+def start_embedded():
+    """manage.py serve as README.md's first command runs it: SQLite, sweeping and delivering in its own process."""
     env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{EMBEDDED_DB}",
+        "RESONATE_BACKGROUND": "embedded",
+        "RESONATE_HUB_URL": "",
+        "RESONATE_AUTH_DISABLED": "true",  # measured without auth, as production mode is
+        **QUIET_RETRIES,
+    }
+    command = [PYTHON, "manage.py", "serve", "--port", str(EMBEDDED_PORT), "--log-level", "warning"]
+    return start_answering("embedded", command, EMBEDDED_PORT, env, cwd=ROOT)
+
+
+def production_env(threads=None):
+    return {
         **os.environ,
         **({"RESONATE_WSGI_THREADS": str(threads)} if threads else {}),
         "DATABASE_URL": DATABASE_URL,
-        # Production mode, as README.md describes it (delivery is queued for Celery; no worker runs here).
+        # Production mode, as README.md describes it (its Celery worker and Beat only with start_background).
         "RESONATE_BACKGROUND": "celery",
         "RESONATE_HUB_URL": "redis://127.0.0.1:6379/9",
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/9",
         "RESONATE_AUTH_DISABLED": "true",  # measured without auth
+        **QUIET_RETRIES,
     }
+
+
+# A pending task's execute is re-sent every RETRY_TIMEOUT_MS (5 s). Nobody takes the tasks promise.create makes here,
+# so with the default a run's creates (tens of thousands) came due again and again, and every later point measured
+# that sweep as much as its own requests, in whichever mode sweeps in the measured process. Sweeping is measured by
+# bench/timers.py; here each task's execute goes out once.
+QUIET_RETRIES = {"RESONATE_RETRY_TIMEOUT_MS": "600000"}
+
+
+def start_server(workers, threads):
+    env = production_env(threads)
     log = open(BENCH / "results" / "server.log", "w")  # noqa: SIM115 (the server outlives this function)
     server = subprocess.Popen(
         [PYTHON, "manage.py", "serve", "--port", str(PORT), "--workers", str(workers), "--log-level", "warning"],
@@ -177,6 +259,32 @@ def start_server(workers, threads):
         except OSError:
             time.sleep(0.2)
     raise SystemExit("server did not become ready; see bench/results/server.log")
+
+
+def start_background():
+    """Production mode's background, as bin/production runs it: a Celery worker (4 processes) and Beat. Then it sweeps
+    timeouts (a pending task's execute is re-sent every 5 s) as the embedded mode does in its own process."""
+    import redis
+
+    redis.Redis(db=9).flushdb()
+    started = []
+    for label, command in (
+        ("celery-worker", ["worker", "--concurrency", "4", "--without-gossip", "--without-mingle"]),
+        ("celery-beat", ["beat", "--schedule", str(BENCH / "results" / "beat-schedule")]),
+    ):
+        log = open(BENCH / "results" / f"{label}.log", "w")  # noqa: SIM115 (the process outlives this function)
+        started.append(
+            subprocess.Popen(
+                [PYTHON, "-m", "celery", "-A", "resonate_site", *command, "--loglevel", "warning"],
+                cwd=ROOT,
+                env=production_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    time.sleep(5)  # Beat's first sweep has started
+    return started
 
 
 def stop(server):
@@ -278,6 +386,14 @@ def main():
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--no-peer", action="store_true", help="leave out resonate-pg")
     parser.add_argument("--no-floor", action="store_true", help="leave out bench/floor.py")
+    parser.add_argument("--embedded", action="store_true", help="the embedded mode beside production mode")
+    parser.add_argument(
+        "--no-background",
+        action="store_true",
+        help="with --embedded: production mode without its Celery worker and Beat (nothing sweeps there)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="each point this many times, interleaved: medians")
+    parser.add_argument("--markdown", action="store_true", help="print only the table")
     args = parser.parse_args()
     for tool in ("wrk", "pgbench", "psql"):
         if not shutil.which(tool):
@@ -285,9 +401,12 @@ def main():
     (BENCH / "results").mkdir(exist_ok=True)
     clients = [int(c) for c in args.clients.split(",")]
     scenarios = {k: v for k, v in SCENARIOS.items() if not args.only or k in args.only.split(",")}
+    peer = not args.no_peer and not args.embedded
 
     fresh_database()
-    if not args.no_peer:
+    if args.embedded:
+        fresh_embedded_database()
+    if peer:
         if not PEER.is_dir():
             raise SystemExit(f"the peer is not at {PEER} (use --no-peer)")
         fresh_peer()
@@ -295,38 +414,71 @@ def main():
     # minutes, and a ratio is only worth what the two figures' moments have in common.
     started, targets = [], []
     try:
+        if args.embedded:
+            started.append(start_embedded())
+            targets.append(("embedded", EMBEDDED_PORT, prefill_embedded_settle))
         started.append(start_server(args.workers, args.threads))
         targets.append(("server", PORT, prefill_settle))
-        if not args.no_floor:
+        if args.embedded and not args.no_background:
+            started.extend(start_background())
+        if not args.no_floor and args.embedded:
+            started.append(start_sqlite_floor())
+            targets.append(("sqlite-floor", SQLITE_FLOOR_PORT, None))
+        elif not args.no_floor:
             started.append(start_floor(max(clients)))
             targets.append(("floor", FLOOR_PORT, prefill_settle))
-        if not args.no_peer:
+        if peer:
             started.append(start_peer())
             targets.append(("peer", PEER_PORT, prefill_peer_settle))
-        rows = []
+        measured = {}  # (label, operation, clients): [result of each round]
         for name, (lua, sql, per_unit) in scenarios.items():
             for c in clients:
-                for label, port, prefill in targets:
-                    rows.append(drive(label, port, prefill, name, lua, c, args.seconds))
-                rows.append(baseline(name, sql, per_unit, c, args.seconds))
+                for _ in range(args.rounds):
+                    for label, port, prefill in targets:
+                        if label == "sqlite-floor" and name not in SQLITE_FLOOR_SCENARIOS:
+                            continue
+                        result = drive(label, port, prefill, name, lua, c, args.seconds)
+                        measured.setdefault((label, name, c), []).append(result)
+                    if not args.embedded:
+                        measured.setdefault(("pgbench", name, c), []).append(
+                            baseline(name, sql, per_unit, c, args.seconds)
+                        )
     finally:
         for process in started:
             stop(process)
-    report(rows, args)
+    results = {key: median_of(rounds) for key, rounds in measured.items()}
+    text = (report_embedded if args.embedded else report)(results, scenarios, clients, args)
+    print(text if args.markdown else "\n" + text)
+    kind = "embedded" if args.embedded else "protocol"
+    (BENCH / "results" / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.md").write_text(text + "\n")
+
+
+SQLITE_FLOOR_SCENARIOS = ("promise.create", "promise.get")  # what bench/floor_sqlite.py answers
+
+
+def median_of(rounds):
+    """One result from several rounds of one point: the median rate, p50 and p99; the refusals of all of them."""
+    middle = {key: statistics.median(r[key] for r in rounds) for key in ("rate", "p50", "p99")}
+    return {
+        **middle,
+        "errors": sum(r.get("errors", 0) for r in rounds),
+        "requests": sum(r.get("requests", 0) for r in rounds),
+        "rounds": len(rounds),
+    }
 
 
 def drive(label, port, prefill, name, lua, clients, seconds):
-    """One scenario at one client count against the server on `port`, with wrk: a (name, clients, result) row."""
-    run = f"{label[0]}{name.split('.')[-1][:4]}{clients}x{int(time.time())}"
+    """One scenario at one client count against the server on `port`, with wrk: its result."""
+    run = f"{label[0]}{name.split('.')[-1][:4]}{clients}x{time.time_ns() // 1_000_000}"
     if name == "promise.settle":
         prefill(run, min(clients, 2))
     result = wrk(lua, clients, seconds, run, one_connection_per_thread=name.startswith("task."), port=port)
-    print(f"{label:7} {name:22} c={clients:<3} {fmt(result)}", flush=True)
-    return (name if label == "server" else f"{label} {name}", clients, result)
+    print(f"{label:12} {name:22} c={clients:<3} {fmt(result)}", file=sys.stderr, flush=True)
+    return result
 
 
 def baseline(name, sql, per_unit, clients, seconds):
-    """pgbench running the server's statements for one scenario at one client count: a row."""
+    """pgbench running the server's statements for one scenario at one client count: its result."""
     if name == "promise.settle":  # its promises pending again: the settle writes, as the server's do
         psql(
             "UPDATE promises_promise SET state = 'pending', settled_at = NULL"
@@ -334,8 +486,8 @@ def baseline(name, sql, per_unit, clients, seconds):
         )
     result = pgbench(sql, clients, seconds)
     result["rate"] *= per_unit  # one pgbench transaction of task_pair.sql is two requests
-    print(f"pgbench {name:22} c={clients:<3} {fmt(result)}", flush=True)
-    return (f"pgbench {name}", clients, result)
+    print(f"{'pgbench':12} {name:22} c={clients:<3} {fmt(result)}", file=sys.stderr, flush=True)
+    return result
 
 
 def fmt(r):
@@ -343,40 +495,63 @@ def fmt(r):
     return f"{r['rate']:8.0f}/s  p50 {r['p50']:7.2f} ms  p99 {r['p99']:7.2f} ms{extra}"
 
 
-def report(rows, args):
-    """One line per operation and client count. Ratios to the peer are of answers with status 200: the peer
-    refuses some settles and gets under load, and a refusal is not an answer."""
-    others = {}
-    for name, c, r in rows:
-        label, _, operation = name.partition(" ")
-        if operation:
-            others[(label, operation, c)] = r
+def heading(args, what):
+    rounds = f", median of {args.rounds} interleaved rounds" if args.rounds > 1 else ""
+    return (
+        f"# {what}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, production: {args.workers} server"
+        f" processes x {args.threads or 'default'} threads, {args.seconds} s per point{rounds}, a task's execute"
+        f" re-sent after {int(QUIET_RETRIES['RESONATE_RETRY_TIMEOUT_MS']) // 1000} s"
+    )
+
+
+def report(results, scenarios, clients, args):
+    """One line per operation and client count. Every ratio is of answers with status 200 a second: a refusal is
+    not an answer (the peer's were the harness's doing until 2026-12-04: fill_peer)."""
     lines = [
-        f"# POST / on PostgreSQL vs pgbench, the floor and resonate-pg, {time.strftime('%Y-%m-%d %H:%M')},"
-        f" {os.cpu_count()} cores, {args.workers} server processes x {args.threads or 'default'} threads,"
-        f" {args.seconds} s per point",
+        heading(args, "POST / on PostgreSQL vs pgbench, the floor and resonate-pg"),
         "",
         "| operation | clients | server req/s | p50 ms | p99 ms | refused | pgbench req/s | server/pgbench"
         " | floor req/s | floor/pgbench | server/floor | resonate-pg req/s | refused | p99 ms | server/peer |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, c, r in rows:
-        if " " in name:
-            continue
-        b, f, p = (others.get((label, name, c)) for label in ("pgbench", "floor", "peer"))
-        ok = answered(r)
-        base = f"{b['rate']:.0f} | {ok / b['rate']:.0%}" if b else "- | -"
-        least = "- | - | -"
-        if f and b:
-            least = f"{answered(f):.0f} | {answered(f) / b['rate']:.0%} | {ok / answered(f):.0%}"
-        versus = f"{p['rate']:.0f} | {p['errors']} | {p['p99']:.2f} | {ok / answered(p):.2f}x" if p else "- | - | - | -"
-        lines.append(
-            f"| {name} | {c} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} | {least}"
-            f" | {versus} |"
-        )
-    text = "\n".join(lines)
-    print("\n" + text)
-    (BENCH / "results" / f"protocol-{time.strftime('%Y%m%d-%H%M%S')}.md").write_text(text + "\n")
+    for name in scenarios:
+        for c in clients:
+            r = results[("server", name, c)]
+            b, f, p = (results.get((label, name, c)) for label in ("pgbench", "floor", "peer"))
+            ok = answered(r)
+            base = f"{b['rate']:.0f} | {ok / b['rate']:.0%}" if b else "- | -"
+            least = "- | - | -"
+            if f and b:
+                least = f"{answered(f):.0f} | {answered(f) / b['rate']:.0%} | {ok / answered(f):.0%}"
+            versus = "- | - | - | -"
+            if p:
+                versus = f"{answered(p):.0f} | {p['errors']} | {p['p99']:.2f} | {ok / answered(p):.2f}x"
+            lines.append(
+                f"| {name} | {c} | {ok:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} | {base} | {least}"
+                f" | {versus} |"
+            )
+    return "\n".join(lines)
+
+
+def report_embedded(results, scenarios, clients, args):
+    """One line per operation and client count: the embedded mode, production mode, and the SQLite floor."""
+    lines = [
+        heading(args, "POST / in the embedded mode (SQLite) vs production mode (PostgreSQL) and the SQLite floor"),
+        "",
+        "| operation | clients | embedded req/s | p50 ms | p99 ms | refused | production req/s | p99 ms"
+        " | embedded/production | SQLite floor req/s | embedded/floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in scenarios:
+        for c in clients:
+            e, p, f = (results.get((label, name, c)) for label in ("embedded", "server", "sqlite-floor"))
+            ok = answered(e)
+            floor = f"{answered(f):.0f} | {ok / answered(f):.0%}" if f else "- | -"
+            lines.append(
+                f"| {name} | {c} | {ok:.0f} | {e['p50']:.2f} | {e['p99']:.2f} | {e['errors']} | {answered(p):.0f}"
+                f" | {p['p99']:.2f} | {ok / answered(p):.2f}x | {floor} |"
+            )
+    return "\n".join(lines)
 
 
 def answered(result):
