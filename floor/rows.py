@@ -1,7 +1,7 @@
 """Row statements for the hot paths, their SQL built once per model and database vendor.
 
 Compiling an ORM query costs 0.5-0.8 ms of CPU here, four times the cost of running it
-(bench/README.md), and every protocol request runs several. These helpers take the table and
+(bench/HISTORY.md), and every protocol request runs several. These helpers take the table and
 columns from the model's metadata, cache the SQL text, and return ordinary model instances, so
 callers keep working with models. Values become parameters as each field's own get_db_prep_save makes them
 (`prepare`), by a shorter path for the field types the hot tables use.
@@ -70,7 +70,7 @@ def send_all(connection, parts, results=True):
     once per session, and the client quotes nothing. Otherwise (and on SQLite, or a watched connection) they go
     as one client-bound query string, each planned at every call. By name, as PREPAREd statements in front of
     the string (until 2026-12-04), a settle and a task pair cost the server 7-16% more CPU and 4-7.5% of their
-    throughput (bench/README.md, issue 26).
+    throughput (bench/HISTORY.md, issue 26).
     """
     if not _keeps_cursors(connection):
         with connection.cursor() as cursor:

@@ -374,7 +374,8 @@ def joins_heard():
     every POLL_RETRY_MS: only where this process's deliverer hears every stream connect (the embedded mode's in-memory
     hub) and is told before it can miss a message (SQLite: a stream's due_on_join waits for the transaction that
     found it missing to commit). Its last attempt comes when its grace ends. In the embedded mode with nobody
-    listening, the retries every 500 ms took more of the interpreter than the requests (bench/README.md)."""
+    listening, the retries every 500 ms took more of the interpreter than the requests did (bench/HISTORY.md,
+    2026-12-04)."""
     return _joins_heard()
 
 

@@ -39,9 +39,9 @@ JSON = b"application/json"
 
 django_asgi = get_asgi_application()  # sets Django up: the protocol's modules import models
 
-# Protocol threads per process. PostgreSQL: 4 (bench/README.md: ~10% more than 2 at 16 clients; more lose to the
+# Protocol threads per process. PostgreSQL: 4 (bench/HISTORY.md: ~10% more than 2 at 16 clients; more lose to the
 # GIL). SQLite: 1. Every transaction there is a writer and takes its turn (floor/sqlite3/base.py), so a second thread
-# only contends for the GIL: promise.create 1,100 -> 1,300-1,450/s at 1 and 16 clients (bench/README.md).
+# only contends for the GIL: promise.create 1,100 -> 1,300-1,450/s at 1 and 16 clients (bench/HISTORY.md, 2026-12-04).
 THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor == "postgresql" else 1))
 
 from resonate_site.protocol.envelope import refused, respond  # noqa: E402

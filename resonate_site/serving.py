@@ -168,7 +168,7 @@ class ProtocolThreads:
     concurrent.futures Future chained to an asyncio one, each with its own locks and callbacks): an item goes
     in by one queue, its result comes back by one call_soon_threadsafe. The difference is most of a cheap
     request's cost outside its handler: promise.get 0.78 -> 0.67 M instructions, promise.create 1.40 ->
-    1.26 M (bench/README.md, 2026-12-02, second session).
+    1.26 M (bench/HISTORY.md, 2026-12-02, second session).
 
     The threads are daemons, as uvicorn's graceful shutdown waits for the requests in flight: a process
     that exits has none running. A process killed in the middle of one loses it as any killed process does

@@ -91,7 +91,7 @@ def database_from_url(url):
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         }
         # Kept for the thread's life: opening one (its PRAGMAs, Django's SQL functions registered) cost more than
-        # the request it served (bench/README.md, the embedded mode). A file on this machine does not go away.
+        # the request it served (bench/HISTORY.md, 2026-12-04). A file on this machine does not go away.
         db["CONN_MAX_AGE"] = None
     elif db["ENGINE"] == "django.db.backends.postgresql":
         db["ENGINE"] = "floor.postgresql"  # Django's, migrating without long locks (floor/postgresql/base.py)

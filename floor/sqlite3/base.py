@@ -2,7 +2,7 @@
 
 SQLite takes one writer at a time, and every transaction here begins IMMEDIATE, as a writer
 (resonate_site/settings.py). A writer that finds the lock taken waits in SQLite's busy handler, which sleeps and
-looks again (1, 2, 5, 10, … 100 ms): under 16 clients that polling was the embedded mode's p99 (bench/README.md).
+looks again (1, 2, 5, 10, … 100 ms): under 16 clients that polling was the embedded mode's p99 (bench/HISTORY.md).
 So the transactions of one process take turns on a lock of the process first, and SQLite's own lock is then
 free whenever one asks for it. The lock is held from BEGIN to COMMIT or ROLLBACK, not while the commit's hooks
 run (delivery notices). Another process (a management command) still meets the busy handler, as before.
