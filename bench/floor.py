@@ -26,6 +26,7 @@ import time
 
 import orjson
 import psycopg
+from least_http import converse
 
 COLUMNS = (
     '"id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer",'
@@ -219,41 +220,6 @@ def serve(listener, database):
             pass
         finally:
             connection.close()
-
-
-def converse(connection, handlers):
-    pending = b""
-    while True:
-        end = pending.find(b"\r\n\r\n")
-        while end < 0:
-            pending += receive(connection)
-            end = pending.find(b"\r\n\r\n")
-        head = pending[:end].lower()
-        start = head.index(b"content-length:") + 15
-        stop = head.find(b"\r\n", start)
-        length = int(head[start : stop if stop > 0 else None])
-        while len(pending) < end + 4 + length:
-            pending += receive(connection)
-        envelope = orjson.loads(pending[end + 4 : end + 4 + length])
-        pending = pending[end + 4 + length :]
-        kind = envelope["kind"]
-        reply = orjson.dumps(
-            {
-                "kind": kind,
-                "head": {"corrId": envelope["head"]["corrId"], "status": 200, "version": "2026-04-01"},
-                "data": handlers.answer(kind, envelope["data"]),
-            }
-        )
-        connection.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply)
-        )
-
-
-def receive(connection):
-    chunk = connection.recv(65536)
-    if not chunk:
-        raise EOFError
-    return chunk
 
 
 def main():
