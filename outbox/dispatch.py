@@ -178,6 +178,7 @@ class Deliverer(threading.Thread):
         self.handoff = None if embedded else Handoff()
         self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause, read at most every 100 ms
         self.hears_every_join = False  # see outbox.delivery.joins_heard
+        self.joins_waiting = set()  # groups whose streams connected while delivery was paused (debug.start)
 
     def stop(self):
         self.stopped.set()
@@ -244,11 +245,13 @@ class Deliverer(threading.Thread):
                 if written := [item for item in keys if isinstance(item, Written)]:
                     self.record_written(written)  # even while paused: the messages have gone out
                     keys = [item for item in keys if not isinstance(item, Written)]
-                joined = {item.group for item in keys if isinstance(item, Joined)}
+                joined = self.joins_waiting | {item.group for item in keys if isinstance(item, Joined)}
                 keys = [item for item in keys if not isinstance(item, Joined)] if joined else keys
                 if self.paused():  # until the next pass or announcement: going round at once spun a core while paused
+                    self.joins_waiting = joined  # heard once: a message waiting for one goes when delivery resumes
                     next_pass = time.monotonic() + period
                     continue
+                self.joins_waiting = set()
                 if joined and due_on_join(joined, now_ms()):
                     next_pass = time.monotonic()  # the pass below sends them
                 if keys:

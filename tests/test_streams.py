@@ -412,6 +412,41 @@ def test_the_process_deliverer_records_what_its_streams_have_written(memory_hub,
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_stream_that_connects_while_delivery_is_paused_gets_its_waiting_message_when_delivery_resumes(
+    memory_hub, settings, monkeypatch
+):
+    """A message that found no stream waits for one of its group to connect (outbox.delivery.joins_heard: the
+    embedded mode on SQLite is not tried again meanwhile). A stream that connects while debug.start has paused
+    delivery is remembered, not forgotten with the pause: its message goes when delivery resumes."""
+    from outbox import dispatch
+    from outbox.models import Pause
+
+    settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 5000, "DELIVERY_PASS_MS": 100}
+    monkeypatch.setattr(dispatch, "_deliverer", (None, None))
+    message = Message.build(MessageKind.UNBLOCK, "p", ADDRESS, {"promise": {"id": "p"}}, now=now_ms())
+    message.attempts, message.unreached_since, message.next_attempt_at = 1, now_ms(), now_ms() + 60_000
+    Message.objects.store([message])  # found no stream, and waits for one: not due for a minute
+    Pause.set(True)
+    running = dispatch.Deliverer()
+    running.start()
+    try:
+        time.sleep(0.3)  # the deliverer has seen the pause
+
+        async def scenario():
+            lines = events("drain", "w1")
+            await anext(lines)  # connected: heard while paused
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(Pause.set, False)
+            written = await asyncio.wait_for(anext(lines), 3)
+            await lines.aclose()
+            return written
+
+        assert asyncio.run(scenario()).startswith('data: {"kind":"unblock"')
+    finally:
+        running.stop()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_recording_what_streams_wrote_says_how_many_it_recorded():
     from floor.transactions import Mode, run_atomically
     from outbox.delivery import record_written
