@@ -497,10 +497,10 @@ def fmt(r):
 
 def heading(args, what):
     rounds = f", median of {args.rounds} interleaved rounds" if args.rounds > 1 else ""
-    return (
-        f"# {what}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, production: {args.workers} server"
+    return (  # a line of its own, not a heading: the table goes into bench/README.md's sections as it is
+        f"*{what}, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, production: {args.workers} server"
         f" processes x {args.threads or 'default'} threads, {args.seconds} s per point{rounds}, a task's execute"
-        f" re-sent after {int(QUIET_RETRIES['RESONATE_RETRY_TIMEOUT_MS']) // 1000} s"
+        f" re-sent after {int(QUIET_RETRIES['RESONATE_RETRY_TIMEOUT_MS']) // 1000} s*"
     )
 
 
