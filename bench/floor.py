@@ -21,12 +21,11 @@ the same run is one no Python server reaches on this machine.
 import argparse
 import os
 import re
-import socket
 import time
 
 import orjson
 import psycopg
-from least_http import converse
+from least_http import answer_all, listening
 
 COLUMNS = (
     '"id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer",'
@@ -212,14 +211,7 @@ class Handlers:
 def serve(listener, database):
     handlers = Handlers(database)
     while True:
-        connection, _ = listener.accept()
-        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            converse(connection, handlers)
-        except (EOFError, ConnectionError):
-            pass
-        finally:
-            connection.close()
+        answer_all(listener.accept()[0], handlers)
 
 
 def main():
@@ -228,10 +220,7 @@ def main():
     parser.add_argument("--processes", type=int, required=True, help="at least as many as wrk's connections")
     parser.add_argument("--database", required=True)
     args = parser.parse_args()
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", args.port))
-    listener.listen(128)
+    listener = listening(args.port)
     children = []
     for _ in range(args.processes):
         child = os.fork()

@@ -17,13 +17,12 @@ same for production mode on PostgreSQL.
 """
 
 import argparse
-import socket
 import sqlite3
 import threading
 import time
 
 import orjson
-from least_http import converse
+from least_http import answer_all, listening
 
 COLUMNS = (
     '"id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer",'
@@ -107,13 +106,9 @@ class Handlers:
 
 def serve(connection, database):
     handlers = Handlers(database)
-    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
-        converse(connection, handlers)
-    except (EOFError, ConnectionError):
-        pass
+        answer_all(connection, handlers)
     finally:
-        connection.close()
         handlers.db.close()
 
 
@@ -122,10 +117,7 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--database", required=True, help="the path of a migrated SQLite database")
     args = parser.parse_args()
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", args.port))
-    listener.listen(128)
+    listener = listening(args.port)
     while True:  # run.py stops the whole process group
         connection, _ = listener.accept()
         threading.Thread(target=serve, args=(connection, args.database), daemon=True).start()

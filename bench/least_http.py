@@ -1,10 +1,32 @@
-"""The least HTTP that wrk needs, shared by the floors (floor.py, floor_sqlite.py): not a server.
+"""The least HTTP that wrk needs, and the socket it comes on, shared by the floors (floor.py, floor_sqlite.py).
 
 The head is read up to its blank line, the body by its Content-Length; the envelope is decoded with orjson and
 handed to handlers.answer(kind, data), whose answer goes back as a 200 envelope. Nothing is validated.
 """
 
+import socket
+
 import orjson
+
+
+def listening(port):
+    """A socket listening on 127.0.0.1:port."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(128)
+    return listener
+
+
+def answer_all(connection, handlers):
+    """Answer a client's requests until it closes its connection; then close it."""
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        converse(connection, handlers)
+    except (EOFError, ConnectionError):
+        pass
+    finally:
+        connection.close()
 
 
 def converse(connection, handlers):
