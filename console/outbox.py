@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from console.audit import recorded
 from console.tools import CappedPaginator, Operable, date, pretty
 from floor.clock import now_ms
 from outbox.dispatch import announce
@@ -81,6 +82,11 @@ class MessageAdmin(Operable, admin.ModelAdmin):
     @admin.action(description="Redeliver selected undelivered messages now", permissions=["operate"])
     def redeliver(self, request, queryset):
         """Undelivered (pending, failed or dropped) messages go back to pending with fresh attempts, at once."""
-        keys = Message.objects.redeliver(list(queryset.values_list("key", flat=True)), now_ms())
+        asked = dict(queryset.values_list("key", "pk"))
+        keys = Message.objects.redeliver(list(asked), now_ms())
         announce(*keys)
+        queued = set(keys)
+        for key, pk in asked.items():
+            outcome = "queued for delivery" if key in queued else "not changed: already delivered"
+            recorded(request, Message, pk, "outbox.redeliver", {"key": key}, outcome)
         self.message_user(request, f"{len(keys)} message{'s' if len(keys) != 1 else ''} queued for delivery.")

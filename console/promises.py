@@ -212,7 +212,7 @@ class PromiseAdmin(Operable, admin.ModelAdmin):
         if form.is_bound and form.is_valid():
             value = form.cleaned_data["value"]
             requests = [{"id": id, "state": state, "value": value} for id in ids]
-            perform_each(request, "promise.settle", requests, done, unchanged=already_settled)
+            perform_each(request, Promise, "promise.settle", requests, done, unchanged=already_settled)
             return None  # back to the list
         context = {
             **self.admin_site.each_context(request),

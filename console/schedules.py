@@ -5,6 +5,7 @@ import json
 from django import forms
 from django.contrib import admin
 
+from console.audit import recorded
 from console.tools import CappedPaginator, date, decoded, perform_each, pretty
 from floor.clock import now_ms
 from resonate_site.protocol.envelope import answered
@@ -118,14 +119,15 @@ class ScheduleAdmin(admin.ModelAdmin):
         return (queryset.filter(id__startswith=term) if term else queryset), False
 
     def save_model(self, request, obj, form, change):
-        pass  # the form's clean() ran schedule.create, in its own transaction
+        # the form's clean() ran schedule.create, in its own transaction; Django's add view logs "Added" too
+        recorded(request, Schedule, obj.pk, "schedule.create", form.request(), "200 created")
 
     def delete_model(self, request, obj):
-        perform_each(request, "schedule.delete", [{"id": obj.pk}], "deleted")
+        perform_each(request, Schedule, "schedule.delete", [{"id": obj.pk}], "deleted")
 
     def delete_queryset(self, request, queryset):
         ids = queryset.values_list("id", flat=True)
-        perform_each(request, "schedule.delete", [{"id": id} for id in ids], "deleted")
+        perform_each(request, Schedule, "schedule.delete", [{"id": id} for id in ids], "deleted")
 
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, schedule):

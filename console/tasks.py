@@ -89,9 +89,9 @@ class TaskAdmin(Operable, admin.ModelAdmin):
 
     @admin.action(description="Halt selected tasks", permissions=["operate"])
     def halt(self, request, queryset):
-        perform_each(request, "task.halt", [{"id": id} for id in queryset.values_list("pk", flat=True)], "halted")
+        perform_each(request, Task, "task.halt", [{"id": id} for id in queryset.values_list("pk", flat=True)], "halted")
 
     @admin.action(description="Continue selected halted tasks", permissions=["operate"])
     def resume(self, request, queryset):
         ids = queryset.values_list("pk", flat=True)
-        perform_each(request, "task.continue", [{"id": id} for id in ids], "continued")
+        perform_each(request, Task, "task.continue", [{"id": id} for id in ids], "continued")

@@ -1,5 +1,5 @@
 """What the operations console's pages share: dates from milliseconds, decoded payloads, cheap paging, and
-running protocol operations on behalf of an operator."""
+running protocol operations on behalf of an operator (recorded: console/audit.py)."""
 
 import base64
 import binascii
@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
+from console.audit import recorded
 from floor.clock import utc_datetime
 from resonate_site.protocol.envelope import answered
 
@@ -70,8 +71,9 @@ def refuse(constant):
     raise ValueError(f"{constant} is not JSON that the SDKs read")
 
 
-def perform_each(request, kind, requests, done, unchanged=lambda data, answer: None):
-    """Run one protocol operation per request, each in its own transaction; report every outcome.
+def perform_each(request, model, kind, requests, done, unchanged=lambda data, answer: None):
+    """Run one protocol operation per request, each in its own transaction, on objects of `model` (their ids are
+    the requests' "id"); report every outcome to the operator and record it (console.audit).
 
     `done` names the success ("resolved"); failures (404, 409, bad input, busy) are reported, not raised,
     and so is a 200 that `unchanged(data, answer)` explains as not having done what was asked.
@@ -80,6 +82,7 @@ def perform_each(request, kind, requests, done, unchanged=lambda data, answer: N
     for data in requests:
         status, answer = answered(kind, data)
         problem = f"{status} {answer}" if status != 200 else unchanged(data, answer)
+        recorded(request, model, data.get("id"), kind, data, f"{status} {problem or done}")
         if problem:
             messages.error(request, f"{kind} {data.get('id')}: {problem}")
         else:
