@@ -1,9 +1,11 @@
 """The operations console's outbox: what is undelivered or failed, how often it was tried, and why."""
 
 from django.contrib import admin
+from django.utils.html import format_html
 
 from console.audit import recorded
 from console.tools import CappedPaginator, Operable, date, pretty
+from console.workflow import workflow_url
 from floor.clock import now_ms
 from outbox.dispatch import announce
 from outbox.models import DeliveryState, Message
@@ -46,7 +48,7 @@ class MessageAdmin(Operable, admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # counts per filter value would scan the table
     actions = ("redeliver",)
-    fields = ("kind", "subject", "address", "state", "attempts", "last_error", "created", "next_attempt")
+    fields = ("kind", "subject", "workflow", "address", "state", "attempts", "last_error", "created", "next_attempt")
     fields += ("delivered", "body")
     readonly_fields = fields
 
@@ -62,6 +64,10 @@ class MessageAdmin(Operable, admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
         return (queryset.filter(subject__startswith=term) if term else queryset), False
+
+    @admin.display(description="workflow")
+    def workflow(self, message):
+        return format_html('<a href="{}">tree and timeline</a>', workflow_url(message.subject))
 
     @admin.display(description="created", ordering="created_at")
     def created(self, message):

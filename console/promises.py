@@ -8,10 +8,11 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from console.tools import CappedPaginator, Operable, date, decoded, encoded, perform_each, pretty
+from console.workflow import already_settled, function_name, workflow_url, workflow_view
 from floor.clock import now_ms
 from floor.protocol import TARGET, tagged
 from promises.models import Callback, Listener, Promise, PromiseState
@@ -92,16 +93,9 @@ class ListenerInline(admin.TabularInline):
         return False
 
 
-def already_settled(request, answer):
-    """promise.settle answers 200 with the promise as it is when it was settled before (or has expired)."""
-    if answer["promise"]["state"] != request["state"]:
-        return f"not changed: it was already {answer['promise']['state']}"
-    return None
-
-
 @admin.register(Promise)
 class PromiseAdmin(Operable, admin.ModelAdmin):
-    list_display = ("id", "state_now", "targeted", "timer", "created", "deadline", "settled")
+    list_display = ("id", "function", "state_now", "targeted", "timer", "created", "deadline", "settled", "workflow")
     list_filter = (ProjectedStateFilter, HasTargetFilter, "timer")
     search_fields = ("id",)
     search_help_text = "An id or the start of one; key=value finds promises with that tag."
@@ -114,6 +108,8 @@ class PromiseAdmin(Operable, admin.ModelAdmin):
     inlines = (CallbackInline, ListenerInline)
     fields = (
         "id",
+        "workflow",
+        "function",
         "state_now",
         "stored_state",
         "param_shown",
@@ -135,6 +131,11 @@ class PromiseAdmin(Operable, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # retention is `manage.py prune`
 
+    def get_urls(self):
+        view = self.admin_site.admin_view(lambda request, object_id: workflow_view(self, request, object_id))
+        workflow = path("<path:object_id>/workflow/", view, name="promises_promise_workflow")
+        return [workflow, *super().get_urls()]
+
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
         if not term:
@@ -143,6 +144,14 @@ class PromiseAdmin(Operable, admin.ModelAdmin):
         if equals and key:
             return tagged(queryset, "tags", {key.strip(): value.strip()}), False
         return queryset.filter(id__startswith=term), False
+
+    @admin.display(description="workflow")
+    def workflow(self, promise):
+        return format_html('<a href="{}">tree and timeline</a>', workflow_url(promise.pk))
+
+    @admin.display(description="function")
+    def function(self, promise):
+        return function_name(promise.param) or "—"
 
     @admin.display(description="state (now)")
     def state_now(self, promise):

@@ -6,6 +6,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from console.tools import CappedPaginator, Operable, date, perform_each
+from console.workflow import workflow_url
 from floor.clock import now_ms
 from tasks.models import Task, TaskState, TimeoutKind
 
@@ -38,8 +39,8 @@ class TaskAdmin(Operable, admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER  # counts per filter value would scan the table
     list_per_page = 50
     actions = ("halt", "resume")
-    fields = ("promise_link", "state_now", "stored_state", "version", "pid", "ttl", "lease_expires", "retry_at")
-    fields += ("resumes_count",)
+    fields = ("promise_link", "workflow", "state_now", "stored_state", "version", "pid", "ttl", "lease_expires")
+    fields += ("retry_at", "resumes_count")
     readonly_fields = fields
 
     def has_add_permission(self, request):
@@ -81,6 +82,10 @@ class TaskAdmin(Operable, admin.ModelAdmin):
     @admin.display(description="resumes")
     def resumes_count(self, task):
         return len(self.shown(task).resumes)
+
+    @admin.display(description="workflow")
+    def workflow(self, task):
+        return format_html('<a href="{}">tree and timeline</a>', workflow_url(task.pk))
 
     @admin.display(description="promise")
     def promise_link(self, task):
