@@ -1,13 +1,10 @@
-"""The operations console: its frame here, its pages in promises.py, tasks.py, schedules.py and outbox.py."""
+"""The operations console: its site in site.py (ConsoleSite), its pages in promises.py, tasks.py, schedules.py and
+outbox.py, the workflow page in workflow.py."""
 
 from django.contrib import admin
 
 from console import outbox, promises, schedules, tasks  # noqa: F401 (their pages register with the site)
 from floor.conf import resonate_settings
-
-admin.site.site_header = "Resonate operations"
-admin.site.site_title = "Resonate operations"
-admin.site.index_title = "Promises, tasks, schedules and the outbox"
 
 
 def hide_beat_schedules():

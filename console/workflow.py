@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import orjson
 from django.contrib import messages as notices
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import quote, unquote
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -56,7 +56,10 @@ def short(value):
     text = orjson.dumps(data).decode() if data is not None else orjson.dumps(value).decode()
     if isinstance(data, str):
         with contextlib.suppress(binascii.Error, ValueError):
-            text = orjson.dumps(orjson.loads(base64.b64decode(data, validate=True))).decode()
+            inner = orjson.loads(base64.b64decode(data, validate=True))
+            text = orjson.dumps(inner).decode()
+            if isinstance(inner, dict) and inner.get("__type") == "error" and isinstance(inner.get("message"), str):
+                text = f"error: {inner['message']}"  # the Python SDK's encoding of an exception
     return text if len(text) <= SHORT else text[:SHORT] + "…"
 
 
@@ -119,6 +122,10 @@ class Node:
     @property
     def task_url(self):
         return reverse("admin:tasks_task_change", args=[quote(self.id)]) if self.task else ""
+
+    @property
+    def settle_url(self):
+        return reverse("admin:promises_promise_changelist") + f"?q={self.id}"
 
     @property
     def messages_url(self):
@@ -250,6 +257,7 @@ def place_on_timeline(nodes, now):
 def workflow_view(model_admin, request, object_id):
     """GET: the page (?page=N for the promises past the first PAGE; ?partial=1 its body alone, for the refresh).
     POST action=cancel: ask to confirm, then cancel the root and every pending descendant."""
+    object_id = unquote(object_id)  # as the admin's own views take it: quote() escapes ":", "/" and "_" in ids
     promise = Promise.objects.filter(id=object_id).first()
     if promise is None:
         raise Http404(f"No promise {object_id}")

@@ -38,11 +38,11 @@ def workflow_page(admin_client, id, **query):
 
 
 def fan_out(protocol, root="wf"):
-    """A root whose task is suspended on two children: one resolved, one whose execute nobody has taken; the
-    root also awaits a grandchild's parent... as an SDK's fan-out leaves it mid-way."""
+    """A root whose task is suspended on two children: one resolved, one whose execute nobody has taken, as an
+    SDK's fan-out leaves it mid-way."""
     assert protocol("promise.create", targeted(root, soon(), lineage(root, root), param("fan_out"))).status == 200
     assert protocol("task.acquire", {"id": root, "version": 0, "pid": "worker-1", "ttl": 60_000}).status == 200
-    done, waiting = f"{root}.1", f"{root}.2"
+    done, waiting = f"{root}:1", f"{root}:2"  # ids as the SDKs make them: the admin's URLs escape ":"
     assert protocol("promise.create", create(done, soon(), lineage(root, root), param("step"))).status == 200
     settled = {"id": done, "state": "resolved", "value": {"headers": {}, "data": b64({"total": 42})}}
     assert protocol("promise.settle", settled).status == 200
@@ -58,6 +58,8 @@ def test_function_names_and_short_values_are_read_as_the_sdks_encode_them():
     assert function_name({"data": b64([1, 2])}) is None
     assert short({"data": b64({"total": 42})}) == '{"total":42}'
     assert short({}) == ""
+    error = {"__type": "error", "message": "out of stock", "__py_pickle": "gASV..."}
+    assert short({"data": b64(error)}) == "error: out of stock"
     long = short({"data": b64("x" * 500)})
     assert len(long) == 81 and long.endswith("…")
 
@@ -77,7 +79,7 @@ def test_a_workflow_shows_its_tree_functions_values_and_what_it_waits_on(admin_c
     assert [n.id for n in page.context["blockers"]] == [waiting]
     waits = re.search(r'<div class="waits" id="waits-on">(.*?)</div>', html, re.S).group(1)
     assert waiting in waits and "its execute to poll://any@default is" in waits and "after" in waits
-    assert "suspended, awaiting wf.2" in html  # the root's own row says what it awaits
+    assert "suspended, awaiting wf:2" in html  # the root's own row says what it awaits
     assert html.count('class="bar ') == 3 and 'class="tick"' in html  # the timeline: a bar each, messages ticked
 
 
@@ -125,7 +127,7 @@ def test_the_body_alone_is_served_for_the_refresh(admin_client, protocol):
     fan_out(protocol)
     body = workflow_page(admin_client, "wf", partial="1")
     html = body.content.decode()
-    assert body.status_code == 200 and "<html" not in html and 'id="waits-on"' in html and "wf.2" in html
+    assert body.status_code == 200 and "<html" not in html and 'id="waits-on"' in html and "wf:2" in html
 
 
 def test_cancelling_a_workflow_cancels_its_root_then_its_pending_descendants_recorded(admin_client, protocol):
@@ -168,3 +170,10 @@ def test_a_workflow_of_a_thousand_children_renders_within_a_second(admin_client,
     assert took < 1.0, took
     rest = workflow_page(admin_client, "big", page="2")
     assert [n.id for n in rest.context["nodes"]] == ["big.999"]
+
+
+def test_the_index_lists_the_protocol_first_and_offers_no_site_to_view(admin_client, db):
+    index = admin_client.get(reverse("admin:index"))
+    labels = [app["app_label"] for app in index.context["app_list"]]
+    assert labels[:4] == ["promises", "tasks", "schedules", "outbox"] and "auth" in labels[4:]
+    assert b"View site" not in index.content

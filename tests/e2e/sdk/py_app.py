@@ -129,8 +129,22 @@ async def slow_square(ctx: Context, n: int) -> int:
     return n * n
 
 
+async def pipeline(ctx: Context, key: str) -> dict:
+    """A fan-out whose children run on workers: three squares, one step that fails once and is retried, and one
+    that fails for good, which the workflow catches (the console's workflow page shows such a run)."""
+    squares = [ctx.rpc(square, i) for i in range(3)]
+    retried = ctx.rpc(flaky, key, 1)
+    total = sum([await s for s in squares])
+    try:
+        await ctx.rpc(broken, "out of stock")
+        failed = None
+    except Exception as error:
+        failed = str(error)
+    return {"total": total, "retried": await retried, "failed": failed}
+
+
 FUNCTIONS = [greet, once, square, fan_out, chain, stamp, napper, announce, approval, step, steps, tick]
-FUNCTIONS += [parent_of_detached, slow_square]
+FUNCTIONS += [parent_of_detached, slow_square, pipeline]
 
 
 def register(resonate: Resonate) -> Resonate:
