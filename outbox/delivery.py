@@ -17,7 +17,7 @@ from typing import NamedTuple
 import httpx
 from django.db import connection
 
-from floor import rows
+from floor import rows, telemetry
 from floor.clock import now_ms
 from floor.conf import resonate_settings
 from floor.counters import deliveries_recorded, messages_claimed
@@ -56,13 +56,17 @@ def deliver(keys=None, limit=BATCH, only=None):
 
 def send_claimed(messages):
     """Send messages this process holds the claim of (claimed above, or when it wrote them), and record how it went."""
-    if messages:
+    if not messages:
+        return
+    with telemetry.span("resonate.deliver", **{"resonate.messages": len(messages)}) as current:
         messages_claimed(messages)
         dropped = stale(messages)
         outcomes = send_all([m for m in messages if m.key not in dropped])
         if dropped:  # in the claimed order again
             sent = iter(outcomes)
             outcomes = [(Outcome.STALE, dropped[m.key]) if m.key in dropped else next(sent) for m in messages]
+        if current is not None:
+            telemetry.delivered(current, messages, outcomes)
         deliveries_recorded(run_atomically(record, messages, outcomes, now_ms(), mode=Mode.AUTOCOMMIT))
 
 
@@ -242,13 +246,16 @@ def identity(message):
 
 def push(url, body):
     """One HTTP push (decision D13): any 2xx is delivered; anything else is retried later."""
-    try:
-        response = httpx.post(url, json=body, timeout=resonate_settings.PUSH_TIMEOUT_MS / 1000)
-    except httpx.HTTPError as error:
-        return Outcome.RETRY, f"{type(error).__name__}: {error}"
-    if response.is_success:
-        return Outcome.DELIVERED, ""
-    return Outcome.RETRY, f"HTTP {response.status_code}"
+    with telemetry.span("resonate.push", **{"url.full": url}) as current:
+        try:
+            response = httpx.post(url, json=body, timeout=resonate_settings.PUSH_TIMEOUT_MS / 1000)
+        except httpx.HTTPError as error:
+            return Outcome.RETRY, f"{type(error).__name__}: {error}"
+        if current is not None:
+            current.set_attribute("http.response.status_code", response.status_code)
+        if response.is_success:
+            return Outcome.DELIVERED, ""
+        return Outcome.RETRY, f"HTTP {response.status_code}"
 
 
 def record(messages, outcomes, now):

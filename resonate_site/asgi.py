@@ -29,6 +29,7 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.db import close_old_connections, connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
+from floor import telemetry  # noqa: E402
 from floor.conf import resonate_settings  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
@@ -38,6 +39,7 @@ STREAM_PREFIXES = ("/poll/",)
 JSON = b"application/json"
 
 django_asgi = get_asgi_application()  # sets Django up: the protocol's modules import models
+telemetry.start("resonate-server")  # when OTEL_* asks for it, before the WSGI handler is built (floor/telemetry.py)
 
 # Protocol threads per process. PostgreSQL: 4 (bench/HISTORY.md: ~10% more than 2 at 16 clients; more lose to the
 # GIL). SQLite: 1. Every transaction there is a writer and takes its turn (floor/sqlite3/base.py), so a second thread
@@ -90,13 +92,17 @@ async def protocol(scope, receive, send):
         return
     body = await read_body(scope, receive, send)
     if body is not None:
+        if telemetry.tracer is not None:  # traced: the body goes with the caller's trace context, if any
+            body = (body, header(scope, b"traceparent"))
         status, reply = await protocol_threads.run(body)
         await answer(send, status, reply, JSON)
 
 
 def serve_protocol(body):
     close_old_connections()  # what Django does at each request: drop a connection past its age or broken
-    return respond(body)
+    if type(body) is bytes:
+        return respond(body)
+    return telemetry.traced_respond(respond, *body)
 
 
 protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol")

@@ -4,7 +4,7 @@ import functools
 import logging
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from celery.worker.consumer import Consumer as CeleryConsumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
@@ -14,6 +14,21 @@ log = logging.getLogger(__name__)
 app = Celery("resonate_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.worker_process_init.connect
+def trace_worker(**kwargs):
+    """Each worker process sends its own traces when OTEL_* asks for them (floor/telemetry.py)."""
+    from floor import telemetry
+
+    telemetry.start("resonate-worker")
+
+
+@signals.beat_init.connect
+def trace_beat(**kwargs):
+    from floor import telemetry
+
+    telemetry.start("resonate-beat")
 
 
 class Consumer(CeleryConsumer):

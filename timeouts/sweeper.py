@@ -2,6 +2,7 @@
 
 import time
 
+from floor import telemetry
 from floor.clock import now_ms
 from floor.conf import resonate_settings
 from floor.loops import keep_running
@@ -34,8 +35,10 @@ def sweep_once(idle, until=float("inf")):
     (transitions run, seconds until the next look)."""
     if Pause.is_paused():
         return 0, idle
-    until = min(until, time.monotonic() + SLICE_S)
+    until, started = min(until, time.monotonic() + SLICE_S), time.time_ns()
     fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms, until=until)
+    if fired and telemetry.tracer is not None:
+        telemetry.finished("resonate.sweep", started, **{"resonate.fired": fired})
     upcoming = next_due()
     wait = idle if upcoming is None else min(idle, (upcoming - now_ms()) / 1000)
     if fired == 0:
