@@ -48,6 +48,30 @@ class HasTargetFilter(admin.SimpleListFilter):
         return queryset
 
 
+class SinceFilter(admin.SimpleListFilter):
+    """Promises created (or settled) within the last hour, day or week."""
+
+    title = "created"
+    parameter_name = "created"
+    column = "created_at"
+    SPANS = {"hour": 3_600_000, "day": 86_400_000, "week": 7 * 86_400_000}
+
+    def lookups(self, request, model_admin):
+        return [("hour", "In the last hour"), ("day", "In the last 24 hours"), ("week", "In the last 7 days")]
+
+    def queryset(self, request, queryset):
+        span = self.SPANS.get(self.value())
+        if span is None:
+            return queryset
+        return queryset.filter(**{f"{self.column}__gte": now_ms() - span})
+
+
+class SettledSinceFilter(SinceFilter):
+    title = "settled"
+    parameter_name = "settled"
+    column = "settled_at"
+
+
 class SettleForm(forms.Form):
     value = forms.CharField(
         required=False,
@@ -96,7 +120,7 @@ class ListenerInline(admin.TabularInline):
 @admin.register(Promise)
 class PromiseAdmin(Operable, admin.ModelAdmin):
     list_display = ("id", "function", "state_now", "targeted", "timer", "created", "deadline", "settled", "workflow")
-    list_filter = (ProjectedStateFilter, HasTargetFilter, "timer")
+    list_filter = (ProjectedStateFilter, SinceFilter, SettledSinceFilter, HasTargetFilter, "timer")
     search_fields = ("id",)
     search_help_text = "An id or the start of one; key=value finds promises with that tag."
     ordering = ("-created_at", "-id")

@@ -177,3 +177,16 @@ def test_the_index_lists_the_protocol_first_and_offers_no_site_to_view(admin_cli
     labels = [app["app_label"] for app in index.context["app_list"]]
     assert labels[:4] == ["promises", "tasks", "schedules", "outbox"] and "auth" in labels[4:]
     assert b"View site" not in index.content
+
+
+def test_promises_filter_by_when_they_were_created_or_settled(admin_client, protocol):
+    for id in ("old", "new"):
+        assert protocol("promise.create", create(id, soon(), param=param("f"))).status == 200
+    assert protocol("promise.settle", {"id": "new", "state": "resolved", "value": {}}).status == 200
+    Promise.objects.filter(id="old").update(created_at=1)
+    url = reverse("admin:promises_promise_changelist")
+    listed = [p.pk for p in admin_client.get(url, {"created": "hour"}).context["cl"].result_list]
+    assert listed == ["new"]
+    assert [p.pk for p in admin_client.get(url, {"settled": "day"}).context["cl"].result_list] == ["new"]
+    assert {p.pk for p in admin_client.get(url).context["cl"].result_list} == {"old", "new"}
+    assert '<td class="field-function">f</td>' in admin_client.get(url).content.decode()  # the function column
