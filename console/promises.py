@@ -5,7 +5,7 @@ each, as POST / does), so listeners get their unblock and awaiters resume.
 """
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 from console.tools import CappedPaginator, Operable, date, decoded, encoded, perform_each, pretty
 from console.workflow import already_settled, function_name, workflow_url, workflow_view
 from floor.clock import now_ms
+from floor.lineage import ORIGIN
 from floor.protocol import TARGET, tagged
 from promises.models import Callback, Listener, Promise, PromiseState
 
@@ -46,6 +47,27 @@ class HasTargetFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.exclude(tags__has_key=TARGET)
         return queryset
+
+
+def warn_of_pending_descendants(request, root_id):
+    """Settling a workflow's root by hand leaves its pending descendants to their own deadlines: say so, and where
+    to cancel them (the workflow page)."""
+    pending = tagged(Promise.objects.exclude(id=root_id), "tags", {ORIGIN: root_id}).with_projected_state(
+        PromiseState.PENDING, now_ms()
+    )
+    count = pending[:1001].count()
+    if count:
+        messages.warning(
+            request,
+            format_html(
+                '{} has {} pending descendant promise{} left to their own deadlines: <a href="{}">its workflow</a>'
+                " can cancel them.",
+                root_id,
+                "1000+" if count > 1000 else count,
+                "s" if count != 1 else "",
+                workflow_url(root_id),
+            ),
+        )
 
 
 class SinceFilter(admin.SimpleListFilter):
@@ -246,6 +268,8 @@ class PromiseAdmin(Operable, admin.ModelAdmin):
             value = form.cleaned_data["value"]
             requests = [{"id": id, "state": state, "value": value} for id in ids]
             perform_each(request, Promise, "promise.settle", requests, done, unchanged=already_settled)
+            for id in ids:
+                warn_of_pending_descendants(request, id)
             return None  # back to the list
         context = {
             **self.admin_site.each_context(request),

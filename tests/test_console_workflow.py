@@ -190,3 +190,14 @@ def test_promises_filter_by_when_they_were_created_or_settled(admin_client, prot
     assert [p.pk for p in admin_client.get(url, {"settled": "day"}).context["cl"].result_list] == ["new"]
     assert {p.pk for p in admin_client.get(url).context["cl"].result_list} == {"old", "new"}
     assert '<td class="field-function">f</td>' in admin_client.get(url).content.decode()  # the function column
+
+
+def test_settling_a_root_by_hand_says_which_descendants_are_left_pending(admin_client, protocol):
+    from tests.test_admin import settle_through_the_console
+
+    done, waiting = fan_out(protocol)
+    answer = settle_through_the_console(admin_client, ["wf"], "cancel", "")
+    notes = [str(m) for m in answer.wsgi_request._messages]
+    assert any("wf has 1 pending descendant promise left" in m and "/workflow/" in m for m in notes), notes
+    answer = settle_through_the_console(admin_client, [done], "cancel", "")  # a leaf: nothing to say
+    assert not any("pending descendant" in str(m) for m in answer.wsgi_request._messages)
