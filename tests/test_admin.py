@@ -156,16 +156,19 @@ def test_tasks_show_their_lease_and_halt_and_continue_through_the_handlers(admin
     assert protocol("task.get", {"id": "job"}).data["task"]["state"] == "pending"
 
 
+NIGHTLY = {  # the console's form for a new schedule, filled in
+    "id": "nightly",
+    "cron": "0 3 * * *",
+    "promise_id": "nightly.{{.timestamp}}",
+    "promise_timeout": 60_000,
+    "promise_param": "{}",
+    "promise_tags": orjson.dumps({"resonate:target": TARGET}).decode(),
+}
+
+
 def test_schedules_are_created_with_a_validated_cron_and_deleted_through_the_handlers(admin_client, protocol):
     add = reverse("admin:schedules_schedule_add")
-    form = {
-        "id": "nightly",
-        "cron": "0 3 * * *",
-        "promise_id": "nightly.{{.timestamp}}",
-        "promise_timeout": 60_000,
-        "promise_param": "{}",
-        "promise_tags": orjson.dumps({"resonate:target": TARGET}).decode(),
-    }
+    form = NIGHTLY
     refused = admin_client.post(add, {**form, "cron": "61 * * * *"})
     assert refused.status_code == 200 and b"Invalid cron" in refused.content
     assert not Schedule.objects.exists()

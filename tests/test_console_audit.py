@@ -11,8 +11,8 @@ from outbox.models import DeliveryState, Message
 from promises.models import Promise
 from schedules.models import Schedule
 from tasks.models import Task
-from tests.conftest import TARGET, create, targeted
-from tests.test_admin import changelist, settle_through_the_console, soon
+from tests.conftest import create, targeted
+from tests.test_admin import NIGHTLY, changelist, settle_through_the_console, soon
 
 
 def history(admin_client, model, id):
@@ -80,15 +80,7 @@ def test_redelivering_and_schedule_changes_are_recorded(admin_client, protocol):
     queued = f'outbox.redeliver {{"key":"{message.key}"}}: queued for delivery'
     assert entries(Message, message.pk) == [("admin", queued)]
 
-    form = {
-        "id": "nightly",
-        "cron": "0 3 * * *",
-        "promise_id": "nightly.{{.timestamp}}",
-        "promise_timeout": 60_000,
-        "promise_param": "{}",
-        "promise_tags": orjson.dumps({"resonate:target": TARGET}).decode(),
-    }
-    assert admin_client.post(reverse("admin:schedules_schedule_add"), form).status_code == 302
+    assert admin_client.post(reverse("admin:schedules_schedule_add"), NIGHTLY).status_code == 302
     delete = reverse("admin:schedules_schedule_delete", args=["nightly"])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 302
     recorded = [message for _, message in entries(Schedule, "nightly")]

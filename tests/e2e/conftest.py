@@ -202,3 +202,13 @@ class Cluster:
         for process in [self.beat, self.worker, *(s.process for s in self.servers)]:
             if process is not None:
                 process.stop()
+
+
+@pytest.fixture(scope="module")
+def otlp_receiver():
+    """A local OpenTelemetry collector (tests/e2e/otlp.py) for a module's servers to send their traces to."""
+    from tests.e2e.otlp import Receiver
+
+    found = Receiver()
+    yield found
+    found.server.shutdown()
