@@ -9,7 +9,8 @@ sampler's OTEL_TRACES_SAMPLER…), with the OpenTelemetry project's own instrume
   child of the caller's trace when the request carries a W3C `traceparent` header: then the spans of everything
   that request does join the caller's trace;
 - `resonate.deliver` for each batch of messages a deliverer sends, an event per message (kind, subject,
-  address, outcome), and `resonate.push` for each HTTP push;
+  address, outcome), and `resonate.push` for each HTTP push; messages handed by the request that wrote them to a
+  stream of its own process are a `resonate.deliver` too (resonate.transport "stream"), in the request's trace;
 - `resonate.sweep` for each background pass of the timeout sweep that fired something (resonate.fired).
 
 Off, nothing of OpenTelemetry is imported, and each of those places costs one test of `tracer` against None.

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 
+from floor import telemetry
 from floor.clock import now_ms
 from floor.conf import resonate_settings
 from floor.counters import deliveries_recorded, messages_claimed
@@ -21,6 +22,7 @@ from floor.protocol import parse_poll_address
 from floor.transactions import Mode, after_commit, run_atomically
 from outbox.delivery import (
     BATCH,
+    Outcome,
     Transport,
     claim_on_write,
     deliver,
@@ -289,6 +291,10 @@ class Deliverer(threading.Thread):
         if not handed:
             return announced
         messages_claimed(handed)
+        if telemetry.tracer is not None:  # in the trace of the request that wrote them
+            attributes = {"resonate.messages": len(handed), "resonate.transport": "stream"}
+            with telemetry.span("resonate.deliver", **attributes) as current:
+                telemetry.delivered(current, handed, [(Outcome.TAKEN, "")] * len(handed))
         gone = {id(message) for message in handed}
         return [message for message in announced if id(message) not in gone]
 

@@ -3,6 +3,8 @@ traces over OTLP/HTTP to a receiver of this test's own, which decodes them with 
 protobuf definitions. Protocol requests join the caller's trace; the console is traced by the Django
 instrumentation (and its queries by psycopg's on PostgreSQL); deliveries and sweeps are spans too."""
 
+import threading
+import time
 import uuid
 
 import httpx
@@ -44,22 +46,39 @@ def test_a_protocol_request_joins_the_callers_trace(traced, otlp_receiver):
 
 def test_deliveries_and_sweeps_are_traced(traced, otlp_receiver):
     rpc = Client(traced.url)
-    job, timer = f"job-{uuid.uuid4().hex[:8]}", f"timer-{uuid.uuid4().hex[:8]}"
-    assert (
-        rpc(
-            "promise.create",
-            {"id": job, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": "poll://any@nobody"}},
-        )[0]
-        == 200
-    )
+    pushed, streamed, timer = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("pushed", "streamed", "timer"))
+    group = f"g{uuid.uuid4().hex[:8]}"
+    listening = threading.Event()
+
+    def listen():  # a worker's stream in this process's group: the server hands it the execute at once
+        with httpx.stream("GET", f"{traced.url}/poll/{group}/w1", timeout=10) as stream:
+            listening.set()
+            for _ in stream.iter_lines():
+                pass
+
+    threading.Thread(target=listen, daemon=True).start()
+    assert listening.wait(5)
+    time.sleep(0.3)  # the stream has joined its group
+    for id, target in ((pushed, "http://127.0.0.1:9/unreachable"), (streamed, f"poll://any@{group}")):
+        assert (
+            rpc("promise.create", {"id": id, "timeoutAt": now_ms() + 60_000, "tags": {"resonate:target": target}})[0]
+            == 200
+        )
     assert rpc("promise.create", {"id": timer, "timeoutAt": now_ms() + 200, "tags": {}})[0] == 200
 
-    def delivers_job(span):
-        return span.name == "resonate.deliver" and any(
-            {a.key: a.value.string_value for a in e.attributes}.get("subject") == job for e in span.events
-        )
+    def delivers(job, outcome):
+        def test(span):
+            events = [{a.key: a.value.string_value for a in e.attributes} for e in span.events]
+            return span.name == "resonate.deliver" and {"subject": job, "outcome": outcome}.items() <= next(
+                (e.items() for e in events if e.get("subject") == job), {}.items()
+            )
 
-    otlp_receiver.wait(delivers_job)
+        return test
+
+    otlp_receiver.wait(delivers(pushed, "RETRY"))
+    otlp_receiver.wait(lambda s: s.name == "resonate.push" and "127.0.0.1:9" in attributes(s)["url.full"])
+    [(_, handed)] = otlp_receiver.wait(delivers(streamed, "TAKEN"))
+    assert attributes(handed)["resonate.transport"] == "stream"
     otlp_receiver.wait(lambda s: s.name == "resonate.sweep" and attributes(s)["resonate.fired"] >= 1)
     assert rpc("promise.get", {"id": timer})[1]["promise"]["state"] == "rejected_timedout"
 
