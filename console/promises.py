@@ -139,12 +139,18 @@ class ListenerInline(admin.TabularInline):
         return False
 
 
+FUNCTION_SEARCH = "function:"  # the search box's prefix for a function name
+
+
 @admin.register(Promise)
 class PromiseAdmin(Operable, admin.ModelAdmin):
     list_display = ("id", "function", "state_now", "targeted", "timer", "created", "deadline", "settled", "workflow")
     list_filter = (ProjectedStateFilter, SinceFilter, SettledSinceFilter, HasTargetFilter, "timer")
     search_fields = ("id",)
-    search_help_text = "An id or the start of one; key=value finds promises with that tag."
+    search_help_text = (
+        "An id or the start of one; key=value finds promises with that tag (resonate:origin=ID: a workflow's); "
+        "function:NAME those that run that function."
+    )
     ordering = ("-created_at", "-id")
     paginator = CappedPaginator
     show_full_result_count = False
@@ -186,6 +192,8 @@ class PromiseAdmin(Operable, admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
+        if term.startswith(FUNCTION_SEARCH):
+            return queryset.running(term.removeprefix(FUNCTION_SEARCH).strip()), False
         key, equals, value = term.partition("=")
         if equals and key:
             return tagged(queryset, "tags", {key.strip(): value.strip()}), False

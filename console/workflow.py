@@ -24,7 +24,7 @@ from django.urls import reverse
 
 from console.tools import date, decoded, perform_each
 from floor.clock import now_ms
-from floor.lineage import ORIGIN, children_by_parent, walk
+from floor.lineage import ORIGIN, children_by_parent, function_name, walk
 from floor.protocol import tagged
 from outbox.models import DeliveryState, Message, MessageKind
 from promises.models import Callback, Promise, PromiseState
@@ -34,18 +34,6 @@ PAGE = 1000  # promises on one page of a workflow, in tree order; the rest on th
 LIMIT = 20_000  # the most promises of one workflow the page reads
 SHORT = 80  # characters of a value or error shown before "more"
 REFRESH_MS = 2000  # how often an open page of an unfinished workflow reloads its body
-
-
-def function_name(param):
-    """The function a promise runs, as the SDKs record it: "func" in the JSON that param.data encodes (base64)."""
-    data = param.get("data") if isinstance(param, dict) else None
-    if not isinstance(data, str):
-        return None
-    with contextlib.suppress(binascii.Error, ValueError):
-        value = orjson.loads(base64.b64decode(data, validate=True))
-        if isinstance(value, dict) and isinstance(value.get("func"), str):
-            return value["func"]
-    return None
 
 
 def short(value):

@@ -1,10 +1,39 @@
-"""A workflow's call tree, as its promises' tags declare it: each promise carries resonate:origin (the workflow's
-root) and resonate:parent (the promise whose function created it). `manage.py tree` and the console's workflow page
-read trees here."""
+"""What the SDKs record of a workflow: its call tree, in its promises' tags (resonate:origin, the workflow's root;
+resonate:parent, the promise whose function created this one), and the function each promise runs, in its param.
+`manage.py tree` and the console read them here.
 
+The function is "func" in the JSON that param.data holds, base64-encoded, as both released SDKs write it. SQL
+queries read it with resonate_function(param): a PL/pgSQL function on PostgreSQL (promises/migrations/0006), a
+Python one registered on each SQLite connection (floor/sqlite3/base.py); both give NULL where param holds none.
+"""
+
+import base64
+import binascii
+import contextlib
+import json
 from collections import defaultdict
 
 ORIGIN, PARENT = "resonate:origin", "resonate:parent"
+FUNCTION_SQL = "resonate_function"
+
+
+def function_name(param):
+    """The function a promise runs, or None: "func" in the JSON that param.data encodes (base64)."""
+    data = param.get("data") if isinstance(param, dict) else None
+    if not isinstance(data, str):
+        return None
+    with contextlib.suppress(binascii.Error, ValueError):
+        value = json.loads(base64.b64decode(data, validate=True))
+        if isinstance(value, dict) and isinstance(value.get("func"), str):
+            return value["func"]
+    return None
+
+
+def function_of_json(param):
+    """function_name of a param stored as JSON text (SQLite's resonate_function)."""
+    with contextlib.suppress(TypeError, ValueError):
+        return function_name(json.loads(param))
+    return None
 
 
 def parents(records, root_id):

@@ -8,6 +8,7 @@ from django.db.backends.ddl_references import Statement
 from django.db.models import Q
 
 from floor import rows
+from floor.lineage import FUNCTION_SQL
 from floor.protocol import BRANCH, EXTERNAL, TARGET, TIMER, IdField
 
 
@@ -34,6 +35,12 @@ def timeout_state(tags):
 
 
 class PromiseQuerySet(models.QuerySet):
+    def running(self, function):
+        """Promises whose param names this function, as the SDKs encode it (floor/lineage.py). Not indexed: a scan
+        of the rows the rest of the query leaves, a function call per row."""
+        name = models.Func(models.F("param"), function=FUNCTION_SQL, output_field=models.TextField())
+        return self.alias(function_name=name).filter(function_name=function)
+
     def find(self, promise_id):
         """The promise with this id, or None."""
         return rows.fetch(self.model, promise_id)

@@ -201,3 +201,19 @@ def test_settling_a_root_by_hand_says_which_descendants_are_left_pending(admin_c
     assert any("wf has 1 pending descendant promise left" in m and "/workflow/" in m for m in notes), notes
     answer = settle_through_the_console(admin_client, [done], "cancel", "")  # a leaf: nothing to say
     assert not any("pending descendant" in str(m) for m in answer.wsgi_request._messages)
+
+
+def test_promises_are_found_by_the_function_they_run(admin_client, protocol):
+    for id, given in (("a1", param("alpha")), ("a2", param("alpha")), ("b", param("beta")), ("none", None)):
+        assert protocol("promise.create", create(id, soon(), param=given)).status == 200
+    for id, data in (("garbled", "not base64!"), ("list", b64([1])), ("text", base64.b64encode(b"\xff").decode())):
+        assert protocol("promise.create", create(id, soon(), param={"data": data})).status == 200
+    url = reverse("admin:promises_promise_changelist")
+
+    def found(term):
+        return sorted(p.pk for p in admin_client.get(url, {"q": term}).context["cl"].result_list)
+
+    assert found("function:alpha") == ["a1", "a2"]
+    assert found("function: beta") == ["b"]
+    assert found("function:gamma") == []
+    assert sorted(Promise.objects.running("alpha").values_list("id", flat=True)) == ["a1", "a2"]

@@ -6,6 +6,8 @@ looks again (1, 2, 5, 10, … 100 ms): under 16 clients that polling was the emb
 So the transactions of one process take turns on a lock of the process first, and SQLite's own lock is then
 free whenever one asks for it. The lock is held from BEGIN to COMMIT or ROLLBACK, not while the commit's hooks
 run (delivery notices). Another process (a management command) still meets the busy handler, as before.
+
+Each connection also has resonate_function(param), the function a promise runs (floor/lineage.py).
 """
 
 import threading
@@ -13,12 +15,20 @@ import threading
 from django.db import OperationalError
 from django.db.backends.sqlite3 import base
 
+from floor.lineage import FUNCTION_SQL, function_of_json
+
 WRITER_WAIT_S = 30.0  # as long as SQLite's own busy timeout (resonate_site/settings.py)
 _writer = threading.Lock()
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
     holds_writer = False
+
+    def get_new_connection(self, conn_params):
+        connection = super().get_new_connection(conn_params)
+        # The SQL function that PostgreSQL has from promises/migrations/0006 (floor/lineage.py)
+        connection.create_function(FUNCTION_SQL, 1, function_of_json, deterministic=True)
+        return connection
 
     def _start_transaction_under_autocommit(self):
         if not _writer.acquire(timeout=WRITER_WAIT_S):
