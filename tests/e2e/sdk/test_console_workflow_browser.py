@@ -1,7 +1,7 @@
 """The console's workflow page in a real browser (Debian's Chromium, driven by Playwright), on workflows the released
-Python SDK ran: a fan-out with a step that failed once and was retried and one that failed for good, and a workflow
-stuck on a promise nobody settles. An operator finds what the stuck one waits on in two clicks from any of its
-promises. Screenshots go to var/screenshots/workflow-*.png (docs/console/ keeps copies)."""
+Python SDK ran: a fan-out with a step that failed once and was retried and one that failed for good, a workflow that
+failed, and one stuck on a promise nobody settles. An operator finds what the stuck one waits on in two clicks from
+any of its promises. Screenshots go to var/screenshots/workflow-*.png (docs/console/ keeps copies)."""
 
 import asyncio
 import contextlib
@@ -59,11 +59,14 @@ def test_an_operator_sees_a_finished_a_failed_and_retried_and_a_stuck_workflow(
 ):
     workers(group)
     finished, stuck = f"pipeline-{uuid.uuid4().hex[:8]}", f"approval-{uuid.uuid4().hex[:8]}"
+    failed = f"broken-{uuid.uuid4().hex[:8]}"
 
     async def scenario():
         async with client(deployment.client_url, group) as resonate:
             target = resonate.options(target=group)
             result = await target.rpc(finished, "pipeline", finished).result()
+            with pytest.raises(Exception, match="out of order"):
+                await target.rpc(failed, "broken", "out of order").result()
             target.rpc(stuck, "approval", stuck)  # waits for a decision nobody makes
             [awaiting] = await asyncio.to_thread(journal.wait, "awaiting", stuck)
             return result, awaiting["promise"]
@@ -74,10 +77,10 @@ def test_an_operator_sees_a_finished_a_failed_and_retried_and_a_stuck_workflow(
 
     url = deployment.client_url
     with chromium() as page:
-        see(page, url, operator, finished, stuck, decision)
+        see(page, url, operator, finished, failed, stuck, decision)
 
 
-def see(page, url, operator, finished, stuck, decision):
+def see(page, url, operator, finished, failed, stuck, decision):
     log_in(page, url, operator)
 
     # The finished workflow: its tree with function names, the failure shown, the timeline drawn.
@@ -91,6 +94,13 @@ def see(page, url, operator, finished, stuck, decision):
     expect(page.locator("#workflow tbody")).to_contain_text("out of stock")
     expect(page.locator("#workflow .bar")).to_have_count(6)
     shot(page, "workflow-finished")
+
+    # A workflow that failed for good: its error, decoded, where its value would be.
+    page.goto(f"{url}/admin/promises/promise/{failed}/workflow/")
+    expect(page.locator("#waits-on")).to_contain_text("Failed: rejected")
+    expect(page.locator("#waits-on")).to_contain_text("error: out of order")
+    expect(page.locator("#workflow tbody td.state-rejected")).to_have_text("rejected")
+    shot(page, "workflow-failed")
 
     # The stuck one, from one of its promises: the promise's page, then its workflow (two clicks).
     page.goto(f"{url}/admin/promises/promise/?q={decision}")
