@@ -19,7 +19,8 @@ from tests.chaos.test_faults import RATE, WARMUP_S
 from tests.e2e.servers import assert_clean_logs
 from tests.faults import run_deployment
 
-pytestmark = [pytest.mark.beside_sqlite, pytest.mark.chaos]  # their own PostgreSQL and Redis
+# Its own PostgreSQL database and Redis; in the PostgreSQL pass, whose lane is shorter (tests/failover/conftest.py)
+pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
 
 def test_a_dump_taken_under_load_and_restored_into_a_fresh_database_finishes_all_it_held(tmp_path):
