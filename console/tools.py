@@ -2,8 +2,6 @@
 running protocol operations on behalf of an operator (recorded: console/audit.py)."""
 
 import base64
-import binascii
-import contextlib
 import json
 
 from django.contrib import messages
@@ -13,6 +11,7 @@ from django.utils.html import format_html
 
 from console.audit import recorded
 from floor.clock import utc_datetime
+from floor.lineage import NOT_JSON, sdk_data
 from resonate_site.protocol.envelope import answered
 
 COUNT_CAP = 10_000  # lists count at most this many rows, then say "10000+": no full COUNT(*) over millions
@@ -48,10 +47,9 @@ def decoded(value):
     if not value:
         return "—"
     shown = dict(value)
-    data = value.get("data")
-    if isinstance(data, str):
-        with contextlib.suppress(binascii.Error, ValueError):  # otherwise shown as stored
-            shown["data"] = json.loads(base64.b64decode(data, validate=True))
+    data = sdk_data(value)
+    if data is not NOT_JSON:  # otherwise shown as stored
+        shown["data"] = data
     return format_html("<pre>{}</pre>", json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=True))
 
 

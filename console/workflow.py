@@ -10,9 +10,6 @@ as its version (each acquire after the first raised it), and a message replaced 
 gone.
 """
 
-import base64
-import binascii
-import contextlib
 from dataclasses import dataclass, field
 
 import orjson
@@ -24,7 +21,7 @@ from django.urls import reverse
 
 from console.tools import date, decoded, perform_each
 from floor.clock import now_ms
-from floor.lineage import ORIGIN, children_by_parent, function_name, walk
+from floor.lineage import NOT_JSON, ORIGIN, children_by_parent, function_name, sdk_data, walk
 from floor.protocol import tagged
 from outbox.models import DeliveryState, Message, MessageKind
 from promises.models import Callback, Promise, PromiseState
@@ -40,14 +37,13 @@ def short(value):
     """A protocol value in one line, cut at SHORT characters ("" for none): its data decoded when it is base64 JSON."""
     if not value:
         return ""
-    data = value.get("data")
-    text = orjson.dumps(data).decode() if data is not None else orjson.dumps(value).decode()
-    if isinstance(data, str):
-        with contextlib.suppress(binascii.Error, ValueError):
-            inner = orjson.loads(base64.b64decode(data, validate=True))
-            text = orjson.dumps(inner).decode()
-            if isinstance(inner, dict) and inner.get("__type") == "error" and isinstance(inner.get("message"), str):
-                text = f"error: {inner['message']}"  # the Python SDK's encoding of an exception
+    data = sdk_data(value)
+    if data is NOT_JSON:  # shown as stored
+        text = orjson.dumps(value if value.get("data") is None else value["data"]).decode()
+    elif isinstance(data, dict) and data.get("__type") == "error" and isinstance(data.get("message"), str):
+        text = f"error: {data['message']}"  # the Python SDK's encoding of an exception
+    else:
+        text = orjson.dumps(data).decode()
     return text if len(text) <= SHORT else text[:SHORT] + "…"
 
 
@@ -256,7 +252,8 @@ def workflow_view(model_admin, request, object_id):
     nodes, beyond = read(root_id, now)
     if request.method == "POST" and model_admin.has_operate_permission(request):
         return cancel(model_admin, request, nodes)
-    page = max(int(request.GET.get("page", "1")) if request.GET.get("page", "1").isdigit() else 1, 1)
+    asked = request.GET.get("page", "")
+    page = int(asked) if asked.isdigit() and int(asked) > 0 else 1
     shown = nodes[(page - 1) * PAGE : page * PAGE]
     root = nodes[0]
     context = {

@@ -17,15 +17,24 @@ ORIGIN, PARENT = "resonate:origin", "resonate:parent"
 FUNCTION_SQL = "resonate_function"
 
 
+NOT_JSON = object()  # what sdk_data gives for data that is not base64 JSON
+
+
+def sdk_data(value):
+    """The JSON that a protocol value's data holds base64-encoded, as both SDKs write a param or a result; NOT_JSON
+    when the value holds no such data."""
+    data = value.get("data") if isinstance(value, dict) else None
+    if isinstance(data, str):
+        with contextlib.suppress(binascii.Error, ValueError):
+            return json.loads(base64.b64decode(data, validate=True))
+    return NOT_JSON
+
+
 def function_name(param):
     """The function a promise runs, or None: "func" in the JSON that param.data encodes (base64)."""
-    data = param.get("data") if isinstance(param, dict) else None
-    if not isinstance(data, str):
-        return None
-    with contextlib.suppress(binascii.Error, ValueError):
-        value = json.loads(base64.b64decode(data, validate=True))
-        if isinstance(value, dict) and isinstance(value.get("func"), str):
-            return value["func"]
+    value = sdk_data(param)
+    if isinstance(value, dict) and isinstance(value.get("func"), str):
+        return value["func"]
     return None
 
 
