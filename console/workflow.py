@@ -134,7 +134,7 @@ def read(root_id, now):
     for awaiter, awaited in Callback.objects.filter(awaiter_id__in=ids).values_list("awaiter_id", "awaited_id"):
         awaits.setdefault(awaiter, []).append(awaited)
     outside = {a for each in awaits.values() for a in each} - stored.keys()  # awaited promises of other workflows
-    elsewhere = {p.id: p.projected(now) for p in Promise.objects.filter(id__in=outside)}
+    elsewhere = {p.id: p for p in Promise.objects.filter(id__in=outside)}
 
     records = {id: {"id": id, "tags": p.tags, "createdAt": p.created_at} for id, p in stored.items()}
     children = children_by_parent(records, root_id)
@@ -159,9 +159,7 @@ def waiting(node, nodes, elsewhere, now):
     """(why an unsettled promise is not settled yet, whether nothing under way will settle it)."""
     if node.settled:
         return "", False
-    promise, task = node.stored, node.task
-    if promise.state == PromiseState.PENDING and promise.timeout_at <= now:
-        return f"its timeout passed at {date(promise.timeout_at)}; the timeout sweep has not settled it yet", True
+    task = node.task  # a promise past its timeout reads as settled (projected): it never gets here
     if task is None:
         return "no task: it settles when someone settles it (an SDK, an operator) or at its timeout", True
     if task.state == TaskState.PENDING:
@@ -177,19 +175,23 @@ def waiting(node, nodes, elsewhere, now):
             return f"the lease of {task.pid} ended at {date(task.timeout_at)}; the sweep has not released it", True
         return f"running: acquired by {task.pid} (version {task.version}), lease until {date(task.timeout_at)}", False
     if task.state == TaskState.SUSPENDED:
-        pending = [a for a in node.awaits if not is_settled(a, nodes, elsewhere)]
-        if not pending:
-            return "suspended; what it awaits has settled and it is about to resume", False
-        return "suspended, awaiting " + ", ".join(pending), False
+        awaited = [stored(id, nodes, elsewhere) for id in node.awaits]
+        pending = [p.id for p in awaited if p is not None and p.is_live(now)]
+        if pending:
+            return "suspended, awaiting " + ", ".join(pending), False
+        unswept = [p for p in awaited if p is not None and p.state == PromiseState.PENDING]
+        if unswept:  # timed out as readers see it, not yet settled by the sweep: the resume waits for the sweep
+            passed = ", ".join(f"{p.id} at {date(p.timeout_at)}" for p in unswept)
+            return f"suspended; the timeout of {passed} passed and the timeout sweep has not settled it yet", True
+        return "suspended; what it awaits has settled and it is about to resume", False
     if task.state == TaskState.HALTED:
         return "its task is halted: continue it (Tasks) to run it again", True
     return f"its task is {task.state}", False
 
 
-def is_settled(id, nodes, elsewhere):
-    if id in nodes:
-        return nodes[id].settled
-    return id in elsewhere and elsewhere[id].state != PromiseState.PENDING
+def stored(id, nodes, elsewhere):
+    """The stored row of an awaited promise, of this workflow or another; None if it is gone."""
+    return nodes[id].stored if id in nodes else elsewhere.get(id)
 
 
 def blockers(nodes):

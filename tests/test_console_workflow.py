@@ -217,3 +217,17 @@ def test_promises_are_found_by_the_function_they_run(admin_client, protocol):
     assert found("function: beta") == ["b"]
     assert found("function:gamma") == []
     assert sorted(Promise.objects.running("alpha").values_list("id", flat=True)) == ["a1", "a2"]
+
+
+def test_an_awaited_timeout_the_sweep_has_not_fired_is_what_the_workflow_waits_on(admin_client, protocol):
+    assert protocol("promise.create", targeted("t", soon(), lineage("t", "t"))).status == 200
+    assert protocol("task.acquire", {"id": "t", "version": 0, "pid": "w", "ttl": 60_000}).status == 200
+    assert protocol("promise.create", create("t:sleep", int(time.time() * 1000) + 300, lineage("t", "t"))).status == 200
+    callback = action("promise.register_callback", {"awaited": "t:sleep", "awaiter": "t"})
+    assert protocol("task.suspend", {"id": "t", "version": 1, "actions": [callback]}).status == 200
+    time.sleep(0.4)  # its timeout passes; no sweep runs in these tests
+    page = workflow_page(admin_client, "t")
+    [blocker] = page.context["blockers"]
+    assert blocker.id == "t" and blocker.stuck
+    assert blocker.waits.startswith("suspended; the timeout of t:sleep at ")
+    assert blocker.waits.endswith(" passed and the timeout sweep has not settled it yet")
