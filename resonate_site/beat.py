@@ -3,6 +3,7 @@
 import contextlib
 import logging
 
+from celery import platforms
 from django.db import connections
 from django_celery_beat.schedulers import DatabaseScheduler
 
@@ -19,9 +20,13 @@ class Scheduler(DatabaseScheduler):
     line, the connections are dropped, and the next tick, RETRY_S later, connects anew (found by the linearizability
     sweep's dropped connections)."""
 
+    ticking = False  # inside tick(): a stop request waits for its end (exit_between_ticks)
+    stopping = False
+
     def tick(self, *args, **kwargs):
+        self.ticking = True
         try:
-            return super().tick(*args, **kwargs)
+            interval = super().tick(*args, **kwargs)
         except Exception as error:
             if not is_outage(error):
                 raise
@@ -29,4 +34,25 @@ class Scheduler(DatabaseScheduler):
             for connection in connections.all(initialized_only=True):
                 with contextlib.suppress(Exception):  # a connection already broken may fail to close
                     connection.close()
-            return RETRY_S
+            interval = RETRY_S
+        finally:
+            self.ticking = False
+        return 0 if self.stopping else interval  # a stop asked for during the tick: Beat exits now, not after a sleep
+
+
+def exit_between_ticks(service):
+    """Celery's own SIGTERM/SIGINT handler closes the scheduler and raises SystemExit wherever Beat is. Met in the
+    middle of a publish, that closed the broker socket under kombu's feet and Beat logged "Couldn't apply scheduled
+    task sweep: I/O operation on closed file" with a traceback (a CI teardown caught it). This handler, installed at
+    beat_init over Celery's, lets a tick under way finish and stops Beat right after it; between ticks, Beat exits
+    at once as before. Either way Beat's own exit path saves the schedule and closes the scheduler."""
+
+    def stop(signum, frame):
+        service._is_shutdown.set()  # what Service.stop() sets, without its log line inside a signal handler
+        scheduler = service.__dict__.get("scheduler")  # a cached_property: None until the first tick built it
+        if scheduler is not None and getattr(scheduler, "ticking", False):
+            scheduler.stopping = True
+            return
+        raise SystemExit()
+
+    platforms.signals.update(SIGTERM=stop, SIGINT=stop)

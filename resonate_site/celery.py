@@ -25,10 +25,13 @@ def trace_worker(**kwargs):
 
 
 @signals.beat_init.connect
-def trace_beat(**kwargs):
+def start_beat(sender, **kwargs):
+    """Beat sends traces when OTEL_* asks for them, and a SIGTERM lets the tick under way finish."""
     from floor import telemetry
+    from resonate_site.beat import exit_between_ticks
 
     telemetry.start("resonate-beat")
+    exit_between_ticks(sender)
 
 
 class Consumer(CeleryConsumer):
