@@ -1,8 +1,8 @@
 """ASGI entry point: resonate_site.asgi:application, serving everything from one address (the SDKs use one base URL).
 
 - POST / (the protocol) is read whole on the event loop, then answered by the protocol's own code
-  (`respond`: decode, validate, run the handler in its transaction, encode) on a fixed set of threads
-  (resonate_site.serving.ProtocolThreads), with
+  (`respond`: decode, validate, run the handler in its transaction, encode) on the loop's thread when nothing
+  else is in flight, and on a fixed set of threads otherwise (resonate_site.serving.ProtocolThreads), with
   none of Django's request machinery around it: no URL resolver, middleware or request and response
   objects. Django stays the schema, the console, /api/, the commands and the settings.
 - GET /health answers on the event loop: it never waits behind protocol requests.
@@ -41,10 +41,12 @@ JSON = b"application/json"
 django_asgi = get_asgi_application()  # sets Django up: the protocol's modules import models
 telemetry.start("resonate-server")  # when OTEL_* asks for it, before the WSGI handler is built (floor/telemetry.py)
 
-# Protocol threads per process. PostgreSQL: 4 (bench/HISTORY.md: ~10% more than 2 at 16 clients; more lose to the
-# GIL). SQLite: 1. Every transaction there is a writer and takes its turn (floor/sqlite3/base.py), so a second thread
-# only contends for the GIL: promise.create 1,100 -> 1,300-1,450/s at 1 and 16 clients (bench/HISTORY.md, 2026-12-04).
-THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor == "postgresql" else 1))
+# Protocol threads per process, for the requests that arrive while another is in flight (the first runs on the loop's
+# thread). PostgreSQL: 4 (bench/HISTORY.md: ~10% more than 2 at 16 clients; more lose to the GIL). SQLite: none, every
+# request on the loop's thread. Every transaction there is a writer and takes its turn (floor/sqlite3/base.py), so a
+# thread only adds hand-offs and GIL contention: promise.create at 16 clients 1,294 -> 1,656/s, promise.get 2,765 ->
+# 4,482/s (bench/HISTORY.md, 2026-12-04, "inline when idle").
+THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor == "postgresql" else 0))
 
 from resonate_site.protocol.envelope import refused, respond  # noqa: E402
 
@@ -94,7 +96,10 @@ async def protocol(scope, receive, send):
     if body is not None:
         if telemetry.tracer is not None:  # traced: the body goes with the caller's trace context, if any
             body = (body, header(scope, b"traceparent"))
-        status, reply = await protocol_threads.run(body)
+        if protocol_threads.idle:  # nothing else in flight: answered here, without a hand-off (serving.py)
+            status, reply = protocol_threads.inline(body)
+        else:
+            status, reply = await protocol_threads.run(body)
         await answer(send, status, reply, JSON)
 
 

@@ -7,7 +7,8 @@
   lose it.
 - Server processes (uvicorn workers) that exit when the process that started them is gone: a
   supervisor restarting `serve` after a SIGKILL must find the port free, not held by orphans.
-- The protocol's threads (`ProtocolThreads`), which answer POST / off the event loop.
+- Where POST / is answered (`ProtocolThreads`): on the event loop's thread when nothing else is in flight, on
+  the protocol's threads otherwise.
 """
 
 import asyncio
@@ -162,13 +163,21 @@ def watch_parent():
 
 
 class ProtocolThreads:
-    """A fixed set of threads that run `work(item)` for coroutines on event loops: `await threads.run(item)`.
+    """Where POST / is answered: `work(item)` on the event loop's own thread when nothing else is in flight, and on
+    a fixed set of threads otherwise.
 
-    What run_in_executor on a ThreadPoolExecutor does, less its layers (a work item and a
-    concurrent.futures Future chained to an asyncio one, each with its own locks and callbacks): an item goes
-    in by one queue, its result comes back by one call_soon_threadsafe. The difference is most of a cheap
-    request's cost outside its handler: promise.get 0.78 -> 0.67 M instructions, promise.create 1.40 ->
-    1.26 M (bench/HISTORY.md, 2026-12-02, second session).
+    - **Inline when idle.** With no request of this process in flight, the loop's thread runs the request itself:
+      no hand-off to a thread and back (two thread wake-ups, two GIL hand-overs, a self-pipe write). That was
+      most of what a cheap request cost outside its handler: promise.get at 1 client 2,200 -> 2,950/s, its CPU
+      321 -> 244 µs (bench/HISTORY.md, 2026-12-04, "inline when idle"). While it runs the loop waits, as a
+      protocol thread would have; a request arriving meanwhile is read once it is done, and goes to a thread
+      if another is still in flight by then. The call runs as it would on a protocol thread: the thread has no
+      running event loop for its duration (Django refuses database work with one; nothing in `work` needs it).
+    - **Threads under load.** With a request in flight, the next goes to the threads: an item in by one queue,
+      its result back by one call_soon_threadsafe (what run_in_executor does, less its layers: bench/HISTORY.md,
+      2026-12-02, second session), so requests overlap their round trips to the database.
+    - **No threads** (count 0): every request on the loop's thread, one at a time. The embedded mode's SQLite
+      takes one writer at a time anyway (floor/sqlite3/base.py).
 
     The threads are daemons, as uvicorn's graceful shutdown waits for the requests in flight: a process
     that exits has none running. A process killed in the middle of one loses it as any killed process does
@@ -176,14 +185,30 @@ class ProtocolThreads:
     """
 
     def __init__(self, work, count, name):
-        self.work, self.items = work, queue.SimpleQueue()
+        self.work, self.items, self.in_flight = work, queue.SimpleQueue(), 0  # in_flight: read and written on the loop
+        self.threaded = count > 0
         for index in range(count):
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True).start()
+
+    @property
+    def idle(self):
+        """Whether the next request is best answered inline (nothing in flight, or no threads at all)."""
+        return self.in_flight == 0 or not self.threaded
+
+    def inline(self, item):
+        """work(item) on the loop's thread, as a protocol thread would run it: with no running loop."""
+        loop = asyncio.get_running_loop()
+        asyncio._set_running_loop(None)
+        try:
+            return self.work(item)
+        finally:
+            asyncio._set_running_loop(loop)
 
     def run(self, item):
         """An awaitable of work(item)'s result (or its exception), computed on one of the threads."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        self.in_flight += 1
         self.items.put((loop, future, item))
         return future
 
@@ -192,21 +217,20 @@ class ProtocolThreads:
         while True:
             loop, future, item = take()
             try:
-                outcome, value = _settle_result, self.work(item)
+                outcome, value = True, self.work(item)
             except BaseException as error:  # handed to the awaiting coroutine, as an executor would
-                outcome, value = _settle_exception, error
+                outcome, value = False, error
             with contextlib.suppress(RuntimeError):  # its loop has closed: nobody awaits the answer any more
-                loop.call_soon_threadsafe(outcome, future, value)
+                loop.call_soon_threadsafe(self._settle, future, outcome, value)
 
-
-def _settle_result(future, value):
-    if not future.done():  # the awaiting coroutine may have been cancelled meanwhile
-        future.set_result(value)
-
-
-def _settle_exception(future, error):
-    if not future.done():
-        future.set_exception(error)
+    def _settle(self, future, outcome, value):
+        self.in_flight -= 1
+        if future.done():  # the awaiting coroutine was cancelled meanwhile
+            return
+        if outcome:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 class RollingRestarts(Multiprocess):

@@ -1,5 +1,6 @@
-"""The protocol's threads (resonate_site.serving.ProtocolThreads): what an event loop awaits comes back from them,
-whatever the work does, and no thread is lost along the way."""
+"""Where POST / is answered (resonate_site.serving.ProtocolThreads): inline on the loop's thread when nothing is in
+flight, as code with no running loop; otherwise on the protocol's threads, whose results come back to the awaiting
+coroutine whatever the work does, and no thread is lost along the way."""
 
 import asyncio
 import threading
@@ -61,6 +62,76 @@ def test_a_result_for_a_cancelled_coroutine_or_a_closed_loop_is_dropped_and_the_
     asyncio.run(cancelled())  # its loop is closed once run() returns: the thread's answer has nowhere to go
     gate.set()
     assert asyncio.run(next_one())[0] == 8  # the one thread is still there
+
+
+def on_which_thread(item):
+    """The work of the inline tests: where it ran, and whether it saw a running event loop there."""
+    try:
+        asyncio.get_running_loop()
+        loop_seen = True
+    except RuntimeError:
+        loop_seen = False
+    if isinstance(item, BaseException):
+        raise item
+    return threading.current_thread().name, loop_seen
+
+
+def test_with_nothing_in_flight_a_request_runs_inline_seeing_no_running_loop_which_is_back_afterwards():
+    threads = ProtocolThreads(on_which_thread, 2, "test-protocol")
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        assert threads.idle
+        answered = threads.inline("item")
+        assert asyncio.get_running_loop() is loop
+        with pytest.raises(ValueError, match="bad"):
+            threads.inline(ValueError("bad"))
+        assert asyncio.get_running_loop() is loop  # restored when the work raised too
+        return answered
+
+    name, loop_seen = asyncio.run(scenario())
+    assert name == threading.current_thread().name  # the loop's own thread, no hand-off
+    assert loop_seen is False  # as on a protocol thread: Django allows database work only there
+
+
+def test_with_a_request_in_flight_the_next_goes_to_the_threads_and_idle_comes_back_however_each_ended():
+    gate = threading.Event()
+
+    def work(item):
+        if item is gate:
+            gate.wait(5)
+        return on_which_thread(item)
+
+    threads = ProtocolThreads(work, 2, "test-protocol")
+
+    async def scenario():
+        held = asyncio.ensure_future(threads.run(gate))
+        assert not threads.idle  # one in flight: the next request overlaps it on a thread
+        failing = threads.run(KeyError("gone"))
+        with pytest.raises(KeyError):
+            await failing
+        cancelled = asyncio.ensure_future(threads.run(gate))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        gate.set()
+        name, loop_seen = await held
+        await asyncio.sleep(0.05)  # the cancelled one's answer comes back and is dropped
+        assert threads.in_flight == 0 and threads.idle
+        return name, loop_seen
+
+    name, loop_seen = asyncio.run(scenario())
+    assert name.startswith("test-protocol_") and loop_seen is False
+
+
+def test_with_no_threads_every_request_runs_inline():
+    threads = ProtocolThreads(on_which_thread, 0, "test-protocol")
+
+    async def scenario():
+        return [threads.idle for _ in range(3)], threads.inline(1)
+
+    idle, (name, _) = asyncio.run(scenario())
+    assert idle == [True, True, True]
+    assert name == threading.current_thread().name
 
 
 def test_a_read_deadline_fires_once_after_its_time_unless_stopped_first():
