@@ -72,6 +72,15 @@ class Mode(enum.Enum):
 
 
 OUTAGE_POLL_S = 0.2  # how often a request waiting for the database tries to connect
+TROUBLE_S = 10.0  # how long after a lost connection the database counts as troubled (database_troubled)
+_troubled_until = 0.0  # time.monotonic() until which it does
+
+
+def database_troubled():
+    """Whether this process lost a database connection within the last TROUBLE_S: requests may then wait for the
+    database for seconds (DB_OUTAGE_WAIT_MS), and the server keeps them off its event loop's thread
+    (resonate_site.serving.ProtocolThreads)."""
+    return time.monotonic() < _troubled_until
 
 
 def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False):
@@ -115,6 +124,8 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
             return result
         except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # Programming: 42883
             if lost_connection(error):
+                global _troubled_until
+                _troubled_until = time.monotonic() + TROUBLE_S
                 connection.close()
                 if committing:
                     raise Unavailable(f"{operation.__name__}: connection lost while committing: {error}") from error

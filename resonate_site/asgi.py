@@ -31,6 +31,7 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from floor import telemetry  # noqa: E402
 from floor.conf import resonate_settings  # noqa: E402
+from floor.transactions import database_troubled  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
 from resonate_site.serving import ProtocolThreads, deadlines, watch_parent  # noqa: E402
@@ -110,7 +111,7 @@ def serve_protocol(body):
     return telemetry.traced_respond(respond, *body)
 
 
-protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol")
+protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol", troubled=database_troubled)
 
 
 def host_allowed(scope):

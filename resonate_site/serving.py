@@ -173,6 +173,9 @@ class ProtocolThreads:
       protocol thread would have; a request arriving meanwhile is read once it is done, and goes to a thread
       if another is still in flight by then. The call runs as it would on a protocol thread: the thread has no
       running event loop for its duration (Django refuses database work with one; nothing in `work` needs it).
+      Not while `troubled()` says requests may wait long (a database lost lately, waited for up to
+      DB_OUTAGE_WAIT_MS): the loop then keeps answering /health and streams while threads wait. The request that
+      meets the outage first waits on the loop, at most that long.
     - **Threads under load.** With a request in flight, the next goes to the threads: an item in by one queue,
       its result back by one call_soon_threadsafe (what run_in_executor does, less its layers: bench/HISTORY.md,
       2026-12-02, second session), so requests overlap their round trips to the database.
@@ -184,16 +187,16 @@ class ProtocolThreads:
     (the database rolls its transaction back; the client, without a reply, asks again).
     """
 
-    def __init__(self, work, count, name):
+    def __init__(self, work, count, name, troubled=lambda: False):
         self.work, self.items, self.in_flight = work, queue.SimpleQueue(), 0  # in_flight: read and written on the loop
-        self.threaded = count > 0
+        self.threaded, self.troubled = count > 0, troubled
         for index in range(count):
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True).start()
 
     @property
     def idle(self):
-        """Whether the next request is best answered inline (nothing in flight, or no threads at all)."""
-        return self.in_flight == 0 or not self.threaded
+        """Whether the next request is best answered inline: no threads at all, or nothing in flight and no trouble."""
+        return not self.threaded or (self.in_flight == 0 and not self.troubled())
 
     def inline(self, item):
         """work(item) on the loop's thread, as a protocol thread would run it: with no running loop."""

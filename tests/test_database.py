@@ -25,8 +25,12 @@ def envelope(kind, data):
 
 @pytest.mark.postgres  # only PostgreSQL connections can be closed by the server
 @pytest.mark.django_db(transaction=True)
-def test_a_request_after_the_database_dropped_the_connection_succeeds_on_a_new_one():
+def test_a_request_after_the_database_dropped_the_connection_succeeds_on_a_new_one(monkeypatch):
+    from floor import transactions
+
+    monkeypatch.setattr(transactions, "_troubled_until", 0.0)
     assert answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13}))["head"]["status"] == 200
+    assert not transactions.database_troubled()
     old_pid = connection.connection.info.backend_pid
     with connection._nodb_cursor() as other:
         other.execute("SELECT pg_terminate_backend(%s)", [old_pid])
@@ -35,6 +39,11 @@ def test_a_request_after_the_database_dropped_the_connection_succeeds_on_a_new_o
 
     assert reply["head"]["status"] == 200 and reply["data"]["promise"]["id"] == "p"
     assert connection.connection.info.backend_pid != old_pid
+    # For TROUBLE_S the server keeps requests off its event loop's thread (resonate_site.serving.ProtocolThreads)
+    assert transactions.database_troubled()
+    later = time.monotonic() + transactions.TROUBLE_S
+    monkeypatch.setattr(transactions.time, "monotonic", lambda: later)
+    assert not transactions.database_troubled()
 
 
 @pytest.mark.django_db(transaction=True)

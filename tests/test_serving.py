@@ -123,6 +123,20 @@ def test_with_a_request_in_flight_the_next_goes_to_the_threads_and_idle_comes_ba
     assert name.startswith("test-protocol_") and loop_seen is False
 
 
+def test_while_the_database_is_troubled_a_request_goes_to_the_threads_even_with_nothing_in_flight():
+    troubled = [True]
+    threads = ProtocolThreads(on_which_thread, 1, "test-protocol", troubled=lambda: troubled[0])
+
+    async def scenario():
+        seen = [threads.idle]
+        troubled[0] = False
+        seen.append(threads.idle)
+        return seen
+
+    assert asyncio.run(scenario()) == [False, True]  # the loop stays free while requests may wait for seconds
+    assert ProtocolThreads(on_which_thread, 0, "test-protocol", troubled=lambda: True).idle  # no threads: inline
+
+
 def test_with_no_threads_every_request_runs_inline():
     threads = ProtocolThreads(on_which_thread, 0, "test-protocol")
 
