@@ -4,13 +4,12 @@ Celery's own handler closed the scheduler and raised SystemExit from inside a pu
 "Couldn't apply scheduled task sweep: I/O operation on closed file" with a traceback (a CI teardown met it).
 resonate_site/beat.py's exit_between_ticks lets the tick under way finish, then stops."""
 
-import os
 import time
 
 import pytest
 import redis
 
-from tests.e2e.conftest import FAST
+from tests.e2e.conftest import production_env
 from tests.e2e.servers import Process, runtime_python
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
@@ -18,15 +17,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
 @pytest.fixture
 def beat(database_url, own_redis, tmp_path):
-    env = {
-        **os.environ,
-        **FAST,  # a delivery pass every 200 ms: Beat publishes all the time
-        "DATABASE_URL": database_url,
-        "RESONATE_BACKGROUND": "celery",
-        "RESONATE_HUB_URL": own_redis.url,
-        "CELERY_BROKER_URL": own_redis.url,
-        "RESONATE_SWEEP_PERIOD_MS": "200",
-    }
+    # a delivery pass and a sweep due every 200 ms: Beat publishes at each tick (once a second)
+    env = production_env(database_url, own_redis.url, RESONATE_SWEEP_PERIOD_MS="200")
     log = tmp_path / "beat.log"
     args = ["-m", "celery", "-A", "resonate_site", "beat", "--schedule", str(tmp_path / "schedule")]
     process = Process([*args, "--loglevel", "info"], env, log, runtime_python())

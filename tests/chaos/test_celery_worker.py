@@ -4,27 +4,18 @@ It used to exit twice over: kombu could not restore the unacknowledged sweep tas
 acknowledged on receipt), and, when the broker went just after coming back, kombu's Redis transport failed putting
 back the wake-ups the worker had reserved (AttributeError, "Unrecoverable error"; resonate_site/celery.py)."""
 
-import os
 import time
 
 import pytest
 
-from tests.e2e.conftest import FAST
+from tests.e2e.conftest import production_env
 from tests.e2e.servers import Process, runtime_python
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chaos]
 
 
 def test_a_worker_busy_sweeping_survives_the_broker_going_away_and_takes_tasks_again(database_url, own_redis, tmp_path):
-    env = {
-        **os.environ,
-        **FAST,
-        "DATABASE_URL": database_url,
-        "RESONATE_BACKGROUND": "celery",
-        "RESONATE_HUB_URL": own_redis.url,
-        "CELERY_BROKER_URL": own_redis.url,
-        "RESONATE_SWEEP_PERIOD_MS": "1000",
-    }
+    env = production_env(database_url, own_redis.url, RESONATE_SWEEP_PERIOD_MS="1000")
     log = tmp_path / "w.log"
     celery = ["-m", "celery", "-A", "resonate_site"]
     # Started as README and deploy/supervisord.conf start it: without mingle, whose hello on reconnecting exits the

@@ -76,6 +76,19 @@ def embedded_env(database_url, server_settings=FAST):
     }
 
 
+def production_env(database_url, redis_url, server_settings=FAST, **more):
+    """The environment of production mode's processes (server, Celery worker and Beat) on this database and Redis."""
+    return {
+        **os.environ,
+        **server_settings,
+        "DATABASE_URL": database_url,
+        "RESONATE_BACKGROUND": "celery",
+        "RESONATE_HUB_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        **more,
+    }
+
+
 def start_embedded(env, log):
     port = free_port()
     process = Process(
