@@ -83,6 +83,11 @@ def database_troubled():
     return time.monotonic() < _troubled_until
 
 
+def _lost_a_connection():
+    global _troubled_until
+    _troubled_until = time.monotonic() + TROUBLE_S
+
+
 def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False):
     """operation(*args) inside transaction.atomic(), re-run from scratch on a lost race (bounded).
 
@@ -124,8 +129,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
             return result
         except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # Programming: 42883
             if lost_connection(error):
-                global _troubled_until
-                _troubled_until = time.monotonic() + TROUBLE_S
+                _lost_a_connection()
                 connection.close()
                 if committing:
                     raise Unavailable(f"{operation.__name__}: connection lost while committing: {error}") from error

@@ -97,10 +97,7 @@ async def protocol(scope, receive, send):
     if body is not None:
         if telemetry.tracer is not None:  # traced: the body goes with the caller's trace context, if any
             body = (body, header(scope, b"traceparent"))
-        if protocol_threads.idle:  # nothing else in flight: answered here, without a hand-off (serving.py)
-            status, reply = protocol_threads.inline(body)
-        else:
-            status, reply = await protocol_threads.run(body)
+        status, reply = await protocol_threads.answer(body)  # inline when nothing else is in flight (serving.py)
         await answer(send, status, reply, JSON)
 
 

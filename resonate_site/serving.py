@@ -198,6 +198,12 @@ class ProtocolThreads:
         """Whether the next request is best answered inline: no threads at all, or nothing in flight and no trouble."""
         return not self.threaded or (self.in_flight == 0 and not self.troubled())
 
+    async def answer(self, item):
+        """work(item)'s result, inline when idle and from one of the threads otherwise."""
+        if self.idle:
+            return self.inline(item)
+        return await self.run(item)
+
     def inline(self, item):
         """work(item) on the loop's thread, as a protocol thread would run it: with no running loop."""
         loop = asyncio.get_running_loop()
