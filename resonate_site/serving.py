@@ -174,8 +174,11 @@ class ProtocolThreads:
       if another is still in flight by then. The call runs as it would on a protocol thread: the thread has no
       running event loop for its duration (Django refuses database work with one; nothing in `work` needs it).
       Not while `troubled()` says requests may wait long (a database lost lately, waited for up to
-      DB_OUTAGE_WAIT_MS): the loop then keeps answering /health and streams while threads wait. The request that
-      meets the outage first waits on the loop, at most that long.
+      DB_OUTAGE_WAIT_MS), nor for THREADS_FOR_S after an inline request took longer than SLOW_S: each request
+      found the process idle, so under a slow database (200 ms a round trip in the fault suite) they ran one after
+      another on the loop, and requests waiting behind them ran past their read deadline (a 408 the client took
+      for an answer). Then the loop keeps reading requests, /health and streams while threads wait. The request
+      that meets the slowness or the outage first waits on the loop.
     - **Threads under load.** With a request in flight, the next goes to the threads: an item in by one queue,
       its result back by one call_soon_threadsafe (what run_in_executor does, less its layers: bench/HISTORY.md,
       2026-12-02, second session), so requests overlap their round trips to the database.
@@ -187,16 +190,22 @@ class ProtocolThreads:
     (the database rolls its transaction back; the client, without a reply, asks again).
     """
 
+    SLOW_S = 0.05  # an inline request that took longer: the next ones go to the threads for THREADS_FOR_S
+    THREADS_FOR_S = 10.0
+
     def __init__(self, work, count, name, troubled=lambda: False):
         self.work, self.items, self.in_flight = work, queue.SimpleQueue(), 0  # in_flight: read and written on the loop
         self.threaded, self.troubled = count > 0, troubled
+        self.threads_until = 0.0  # time.monotonic(): until then every request goes to the threads
         for index in range(count):
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True).start()
 
     @property
     def idle(self):
         """Whether the next request is best answered inline: no threads at all, or nothing in flight and no trouble."""
-        return not self.threaded or (self.in_flight == 0 and not self.troubled())
+        return not self.threaded or (
+            self.in_flight == 0 and time.monotonic() >= self.threads_until and not self.troubled()
+        )
 
     async def answer(self, item):
         """work(item)'s result, inline when idle and from one of the threads otherwise."""
@@ -206,12 +215,14 @@ class ProtocolThreads:
 
     def inline(self, item):
         """work(item) on the loop's thread, as a protocol thread would run it: with no running loop."""
-        loop = asyncio.get_running_loop()
+        loop, started = asyncio.get_running_loop(), time.monotonic()
         asyncio._set_running_loop(None)
         try:
             return self.work(item)
         finally:
             asyncio._set_running_loop(loop)
+            if time.monotonic() - started > self.SLOW_S:  # a slow database: requests must overlap again
+                self.threads_until = time.monotonic() + self.THREADS_FOR_S
 
     def run(self, item):
         """An awaitable of work(item)'s result (or its exception), computed on one of the threads."""

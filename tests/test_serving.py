@@ -137,6 +137,27 @@ def test_while_the_database_is_troubled_a_request_goes_to_the_threads_even_with_
     assert ProtocolThreads(on_which_thread, 0, "test-protocol", troubled=lambda: True).idle  # no threads: inline
 
 
+def test_after_a_slow_inline_request_the_next_ones_go_to_the_threads_for_a_while(monkeypatch):
+    import time
+
+    def slow(item):
+        time.sleep(ProtocolThreads.SLOW_S + 0.02)
+        return item
+
+    threads = ProtocolThreads(slow, 1, "test-protocol")
+
+    async def scenario():
+        assert threads.idle
+        threads.inline(1)  # slow: under a slow database the loop must not run requests one after another
+        seen = [threads.idle]
+        later = time.monotonic() + ProtocolThreads.THREADS_FOR_S
+        monkeypatch.setattr(time, "monotonic", lambda: later)
+        seen.append(threads.idle)
+        return seen
+
+    assert asyncio.run(scenario()) == [False, True]
+
+
 def test_with_no_threads_every_request_runs_inline():
     threads = ProtocolThreads(on_which_thread, 0, "test-protocol")
 
