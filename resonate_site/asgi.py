@@ -1,8 +1,8 @@
 """ASGI entry point: resonate_site.asgi:application, serving everything from one address (the SDKs use one base URL).
 
-- POST / (the protocol) is read whole on the event loop, then answered by the protocol's own code
-  (`respond`: decode, validate, run the handler in its transaction, encode) on the loop's thread when nothing
-  else is in flight, and on a fixed set of threads otherwise (resonate_site.serving.ProtocolThreads), with
+- POST / (the protocol) is read whole and decoded on the event loop, then answered by the protocol's own code
+  (`respond`: validate, run the handler in its transaction, encode) on the loop's thread when it is alone or
+  quick, and on a fixed set of threads otherwise (resonate_site.serving.ProtocolThreads), with
   none of Django's request machinery around it: no URL resolver, middleware or request and response
   objects. Django stays the schema, the console, /api/, the commands and the settings.
 - GET /health answers on the event loop: it never waits behind protocol requests.
@@ -49,7 +49,8 @@ telemetry.start("resonate-server")  # when OTEL_* asks for it, before the WSGI h
 # 4,482/s (bench/HISTORY.md, 2026-12-04, "inline when idle").
 THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor == "postgresql" else 0))
 
-from resonate_site.protocol.envelope import refused, respond  # noqa: E402
+from resonate_site.protocol.dispatch import quick  # noqa: E402
+from resonate_site.protocol.envelope import decoded, refused, respond  # noqa: E402
 
 refuse_unprotected()  # production mode does not start without auth (resonate_site/auth.py)
 django_wsgi = WSGIMiddleware(get_wsgi_application(), workers=2)
@@ -95,17 +96,21 @@ async def protocol(scope, receive, send):
         return
     body = await read_body(scope, receive, send)
     if body is not None:
+        envelope = decoded(body)  # here, to tell a quick request (dispatch.quick); decoded once
+        item = (body, envelope)
         if telemetry.tracer is not None:  # traced: the body goes with the caller's trace context, if any
-            body = (body, header(scope, b"traceparent"))
-        status, reply = await protocol_threads.answer(body)  # inline when nothing else is in flight (serving.py)
+            item = (body, envelope, header(scope, b"traceparent"))
+        # inline when it is alone or quick (serving.py)
+        status, reply = await protocol_threads.answer(item, quick(envelope))
         await answer(send, status, reply, JSON)
 
 
-def serve_protocol(body):
+def serve_protocol(item):
     close_old_connections()  # what Django does at each request: drop a connection past its age or broken
-    if type(body) is bytes:
-        return respond(body)
-    return telemetry.traced_respond(respond, *body)
+    if len(item) == 2:
+        return respond(*item)
+    body, envelope, traceparent = item
+    return telemetry.traced_respond(functools.partial(respond, envelope=envelope), body, traceparent)
 
 
 protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol", troubled=database_troubled)

@@ -94,6 +94,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     draining = False  # the server is stopping: this connection's next request is its last (shutdown)
     DRAIN_S = 1.0
 
+    def _start_asgi_task(self, cycle, app):
+        if cycle.scope["path"] == "/" and cycle.scope["method"] == "POST":
+            app = ProtocolRequests.counted(app)
+        super()._start_asgi_task(cycle, app)
+
     def connection_made(self, transport):
         super().connection_made(transport)
         self._expect_headers()
@@ -147,6 +152,29 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
+class ProtocolRequests:
+    """How many POST / requests this process has started and not finished, over all its connections (one event loop
+    a process), to tell whether a request is alone (ProtocolThreads.inline_now). A request counts from the moment
+    uvicorn has read its headers and made its task, before that task first runs: requests read in one turn of the
+    loop all count when the first of them runs. Its task ends however the request does (answered, refused, the
+    client gone); only a task cancelled before it ever ran, which uvicorn does at most as it exits, is not
+    subtracted."""
+
+    open = 0
+
+    @classmethod
+    def counted(cls, app):
+        cls.open += 1
+
+        async def run(scope, receive, send):
+            try:
+                await app(scope, receive, send)
+            finally:
+                cls.open -= 1
+
+        return run
+
+
 def watch_parent():
     """In a worker process started by serve: exit (gracefully, by SIGTERM) once serve itself is gone."""
     parent = os.environ.get(PARENT)
@@ -163,23 +191,27 @@ def watch_parent():
 
 
 class ProtocolThreads:
-    """Where POST / is answered: `work(item)` on the event loop's own thread when nothing else is in flight, and on
-    a fixed set of threads otherwise.
+    """Where POST / is answered: `work(item)` on the event loop's own thread when the request is alone, and on a
+    fixed set of threads otherwise.
 
-    - **Inline when idle.** With no request of this process in flight, the loop's thread runs the request itself:
-      no hand-off to a thread and back (two thread wake-ups, two GIL hand-overs, a self-pipe write). That was
-      most of what a cheap request cost outside its handler: promise.get at 1 client 2,200 -> 2,950/s, its CPU
-      321 -> 244 µs (bench/HISTORY.md, 2026-12-04, "inline when idle"). While it runs the loop waits, as a
-      protocol thread would have; a request arriving meanwhile is read once it is done, and goes to a thread
-      if another is still in flight by then. The call runs as it would on a protocol thread: the thread has no
-      running event loop for its duration (Django refuses database work with one; nothing in `work` needs it).
-      Not while `troubled()` says requests may wait long (a database lost lately, waited for up to
-      DB_OUTAGE_WAIT_MS), nor for THREADS_FOR_S after an inline request took longer than SLOW_S: each request
-      found the process idle, so under a slow database (200 ms a round trip in the fault suite) they ran one after
-      another on the loop, and requests waiting behind them ran past their read deadline (a 408 the client took
-      for an answer). Then the loop keeps reading requests, /health and streams while threads wait. The request
-      that meets the slowness or the outage first waits on the loop.
-    - **Threads under load.** With a request in flight, the next goes to the threads: an item in by one queue,
+    - **Inline when alone.** With no other request of this process open (`ProtocolRequests`) and nothing on the
+      threads, the loop's thread runs the request itself: no hand-off to a thread and back (two thread wake-ups,
+      two GIL hand-overs, a self-pipe write). That was most of what a cheap request cost outside its handler:
+      promise.get at 1 client 2,200 -> 2,950/s, its CPU 321 -> 244 µs (bench/HISTORY.md, 2026-12-04, "inline when
+      idle"). While it runs the loop waits, as a protocol thread would have. Requests arriving meanwhile are read
+      once it is done, all in one turn of the loop, and count as open from then on, so they go to the threads
+      and overlap their round trips. (Counting only the requests on the threads, each of them found none, and
+      they ran one after another on the loop: promise.create at 16 clients 2,345 -> 2,583/s with the count,
+      bench/HISTORY.md, 2026-12-05.) The call runs as it would on a protocol thread: the thread has no running
+      event loop for its duration (Django refuses database work with one; nothing in `work` needs it).
+    - **Quick requests inline under load too** (`quick`: one read by id, promise.get and its kin), while nothing is
+      on the threads: the loop is held for about as long as the request's own CPU, less than a hand-off to a
+      thread costs (promise.get at 16 clients 6,165/s on the threads, 7,565/s inline).
+    - **Not inline while slow.** Not while `troubled()` says requests may wait long (a database lost lately,
+      waited for up to DB_OUTAGE_WAIT_MS), nor for THREADS_FOR_S after an inline request took longer than SLOW_S
+      (a slow database: 200 ms a round trip in the fault suite). Then the loop keeps reading requests, /health and
+      streams while threads wait. The request that meets the slowness or the outage first waits on the loop.
+    - **Threads under load.** With another request open, the next goes to the threads: an item in by one queue,
       its result back by one call_soon_threadsafe (what run_in_executor does, less its layers: bench/HISTORY.md,
       2026-12-02, second session), so requests overlap their round trips to the database.
     - **No threads** (count 0): every request on the loop's thread, one at a time. The embedded mode's SQLite
@@ -200,16 +232,21 @@ class ProtocolThreads:
         for index in range(count):
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True).start()
 
-    @property
-    def idle(self):
-        """Whether the next request is best answered inline: no threads at all, or nothing in flight and no trouble."""
-        return not self.threaded or (
-            self.in_flight == 0 and time.monotonic() >= self.threads_until and not self.troubled()
+    def inline_now(self, quick=False):
+        """Whether a request is best answered on the loop's thread now: always with no threads; otherwise with
+        nothing on the threads and no trouble, when it is this process's only request open, or `quick`."""
+        if not self.threaded:
+            return True
+        return (
+            self.in_flight == 0
+            and (quick or ProtocolRequests.open <= 1)
+            and time.monotonic() >= self.threads_until
+            and not self.troubled()
         )
 
-    async def answer(self, item):
-        """work(item)'s result, inline when idle and from one of the threads otherwise."""
-        if self.idle:
+    async def answer(self, item, quick=False):
+        """work(item)'s result, inline when inline_now(quick) and from one of the threads otherwise."""
+        if self.inline_now(quick):
             return self.inline(item)
         return await self.run(item)
 

@@ -24,7 +24,8 @@ from django.db import transaction
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
-from resonate_site.protocol.dispatch import OPERATIONS
+from resonate_site.protocol.dispatch import OPERATIONS, quick
+from resonate_site.protocol.envelope import answer, decoded
 from tests.conftest import VERSION
 
 TARGET = "resonate:target"
@@ -573,6 +574,20 @@ def test_arbitrary_envelopes_get_a_protocol_status_and_refusals_write_nothing(pr
             check_reply(protocol, dumps(value), before)
 
     run()
+
+
+@fuzz_settings(150)
+@given(raw=BODIES | JSON.map(dumps) | ENVELOPE_SHAPED.map(dumps))
+def test_a_body_decoded_beforehand_is_answered_as_the_body_itself(protocol, raw):
+    """The server decodes a body on its event loop, to tell a quick request (dispatch.quick), and answers the
+    decoded envelope: whatever the body, that is the answer the body alone gets, and telling quick never raises."""
+    envelope = decoded(raw)
+    assert quick(envelope) in (True, False)
+    with rolled_back():
+        alone = answer(raw, now=1_000)
+    with rolled_back():
+        beforehand = answer(raw, now=1_000, envelope=envelope)
+    assert beforehand == alone
 
 
 # 2 and 3. Every operation: only protocol statuses, and a refusal writes nothing

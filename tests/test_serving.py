@@ -1,6 +1,6 @@
-"""Where POST / is answered (resonate_site.serving.ProtocolThreads): inline on the loop's thread when nothing is in
-flight, as code with no running loop; otherwise on the protocol's threads, whose results come back to the awaiting
-coroutine whatever the work does, and no thread is lost along the way."""
+"""Where POST / is answered (resonate_site.serving.ProtocolThreads): inline on the loop's thread when the request is
+alone (ProtocolRequests) or quick, as code with no running loop; otherwise on the protocol's threads, whose results
+come back to the awaiting coroutine whatever the work does, and no thread is lost along the way."""
 
 import asyncio
 import threading
@@ -81,7 +81,7 @@ def test_with_nothing_in_flight_a_request_runs_inline_seeing_no_running_loop_whi
 
     async def scenario():
         loop = asyncio.get_running_loop()
-        assert threads.idle
+        assert threads.inline_now()
         answered = threads.inline("item")
         assert asyncio.get_running_loop() is loop
         with pytest.raises(ValueError, match="bad"):
@@ -106,7 +106,7 @@ def test_with_a_request_in_flight_the_next_goes_to_the_threads_and_idle_comes_ba
 
     async def scenario():
         held = asyncio.ensure_future(threads.run(gate))
-        assert not threads.idle  # one in flight: the next request overlaps it on a thread
+        assert not threads.inline_now()  # one in flight: the next request overlaps it on a thread
         failing = threads.run(KeyError("gone"))
         with pytest.raises(KeyError):
             await failing
@@ -116,11 +116,108 @@ def test_with_a_request_in_flight_the_next_goes_to_the_threads_and_idle_comes_ba
         gate.set()
         name, loop_seen = await held
         await asyncio.sleep(0.05)  # the cancelled one's answer comes back and is dropped
-        assert threads.in_flight == 0 and threads.idle
+        assert threads.in_flight == 0 and threads.inline_now()
         return name, loop_seen
 
     name, loop_seen = asyncio.run(scenario())
     assert name.startswith("test-protocol_") and loop_seen is False
+
+
+def test_with_another_request_open_only_a_quick_one_runs_inline_and_none_while_one_is_on_the_threads(monkeypatch):
+    from resonate_site.serving import ProtocolRequests
+
+    threads = ProtocolThreads(on_which_thread, 1, "test-protocol")
+    gate = threading.Event()
+
+    async def scenario():
+        seen = {"alone": (threads.inline_now(), threads.inline_now(quick=True))}
+        monkeypatch.setattr(ProtocolRequests, "open", 2)  # this one and another, read in the same turn of the loop
+        seen["another open"] = (threads.inline_now(), threads.inline_now(quick=True))
+        held = asyncio.ensure_future(threads.run(gate))
+        seen["one on the threads"] = (threads.inline_now(), threads.inline_now(quick=True))
+        gate.set()
+        await held
+        return seen
+
+    assert asyncio.run(scenario()) == {
+        "alone": (True, True),
+        "another open": (False, True),  # a write goes to the threads, to overlap its round trips
+        "one on the threads": (False, False),
+    }
+
+
+def test_the_server_counts_its_open_protocol_requests_from_when_it_reads_them_to_when_they_end():
+    """Requests read in one turn of the loop count before any of them runs: the first does not find itself alone.
+    GET and other paths do not count; a request whose client leaves mid-body stops counting too."""
+    import socket
+    import time
+
+    import uvicorn
+
+    from resonate_site.serving import GuardedHttpProtocol, ProtocolRequests
+
+    seen = []
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        seen.append((scope["method"], scope["path"], ProtocolRequests.open))
+        while (await receive()).get("more_body"):
+            pass
+        if scope["method"] == "POST" and len(seen) == 2:
+            time.sleep(0.3)  # holds the loop, as an inline request does, while the others arrive
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=GuardedHttpProtocol, log_level="error", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    post = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        clients[0].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answered(clients[0])
+        clients[0].sendall(post)
+        time.sleep(0.1)  # the first POST is holding the loop
+        clients[1].sendall(post)
+        clients[2].sendall(post)
+        for client in clients:
+            answered(client)
+        cut = socket.create_connection(("127.0.0.1", port))  # a body that never comes: the client leaves
+        cut.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n{}")
+        while len(seen) < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        cut.close()
+        while ProtocolRequests.open:
+            assert time.monotonic() < deadline, "a request that ended still counts"
+            time.sleep(0.01)
+        for client in clients:
+            client.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    health, alone, read_together, read_with_it, cut_short = seen
+    assert health == ("GET", "/health", 0)  # not a protocol request
+    assert alone == ("POST", "/", 1)
+    assert read_together == ("POST", "/", 2)  # the other, read in the same turn, not run yet, already counts
+    assert read_with_it[:2] == ("POST", "/")
+    assert cut_short == ("POST", "/", 1)
+
+
+def answered(client):
+    client.settimeout(5)
+    assert client.recv(1000).startswith(b"HTTP/1.1 200")
 
 
 def test_while_the_database_is_troubled_a_request_goes_to_the_threads_even_with_nothing_in_flight():
@@ -128,13 +225,14 @@ def test_while_the_database_is_troubled_a_request_goes_to_the_threads_even_with_
     threads = ProtocolThreads(on_which_thread, 1, "test-protocol", troubled=lambda: troubled[0])
 
     async def scenario():
-        seen = [threads.idle]
+        seen = [threads.inline_now()]
         troubled[0] = False
-        seen.append(threads.idle)
+        seen.append(threads.inline_now())
         return seen
 
     assert asyncio.run(scenario()) == [False, True]  # the loop stays free while requests may wait for seconds
-    assert ProtocolThreads(on_which_thread, 0, "test-protocol", troubled=lambda: True).idle  # no threads: inline
+    no_threads = ProtocolThreads(on_which_thread, 0, "test-protocol", troubled=lambda: True)
+    assert no_threads.inline_now()  # no threads: inline
 
 
 def test_after_a_slow_inline_request_the_next_ones_go_to_the_threads_for_a_while(monkeypatch):
@@ -147,12 +245,12 @@ def test_after_a_slow_inline_request_the_next_ones_go_to_the_threads_for_a_while
     threads = ProtocolThreads(slow, 1, "test-protocol")
 
     async def scenario():
-        assert threads.idle
+        assert threads.inline_now()
         threads.inline(1)  # slow: under a slow database the loop must not run requests one after another
-        seen = [threads.idle]
+        seen = [threads.inline_now()]
         later = time.monotonic() + ProtocolThreads.THREADS_FOR_S
         monkeypatch.setattr(time, "monotonic", lambda: later)
-        seen.append(threads.idle)
+        seen.append(threads.inline_now())
         return seen
 
     assert asyncio.run(scenario()) == [False, True]
@@ -162,7 +260,7 @@ def test_with_no_threads_every_request_runs_inline():
     threads = ProtocolThreads(on_which_thread, 0, "test-protocol")
 
     async def scenario():
-        return [threads.idle for _ in range(3)], threads.inline(1)
+        return [threads.inline_now() for _ in range(3)], threads.inline(1)
 
     idle, (name, _) = asyncio.run(scenario())
     assert idle == [True, True, True]

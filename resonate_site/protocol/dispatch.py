@@ -21,18 +21,21 @@ class Operation(NamedTuple):
     first: object = None
     # Whether `first` writes (its statement is its commit): see run_atomically's ambiguous_none.
     first_writes: bool = False
+    # One read by id, as quick as the request's own CPU: answered on the event loop's thread even under load
+    # (resonate_site/serving.py, ProtocolThreads).
+    quick: bool = False
 
 
 AUTOCOMMIT = Mode.AUTOCOMMIT
 
 OPERATIONS = {
-    "promise.get": Operation(s.ById, promises.promise_get, AUTOCOMMIT),
+    "promise.get": Operation(s.ById, promises.promise_get, AUTOCOMMIT, quick=True),
     "promise.create": Operation(s.PromiseCreate, promises.promise_create, AUTOCOMMIT),
     "promise.settle": Operation(s.PromiseSettle, promises.promise_settle, first=promises.promise_settle_at_once),
     "promise.register_callback": Operation(s.PromiseRegisterCallback, promises.promise_register_callback),
     "promise.register_listener": Operation(s.PromiseRegisterListener, promises.promise_register_listener),
     "promise.search": Operation(s.PromiseSearch, promises.promise_search, AUTOCOMMIT),
-    "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT),
+    "task.get": Operation(s.ById, tasks.task_get, AUTOCOMMIT, quick=True),
     "task.create": Operation(s.TaskCreate, tasks.task_create, first=tasks.task_create_new, first_writes=True),
     "task.acquire": Operation(s.TaskAcquire, tasks.task_acquire, first=tasks.task_acquire_at_once, first_writes=True),
     "task.fence": Operation(s.TaskFence, tasks.task_fence, first=tasks.task_fence_read),
@@ -43,7 +46,7 @@ OPERATIONS = {
     "task.halt": Operation(s.ById, tasks.task_halt),
     "task.continue": Operation(s.ById, tasks.task_continue),
     "task.search": Operation(s.TaskSearch, tasks.task_search, AUTOCOMMIT),
-    "schedule.get": Operation(s.ById, schedules.schedule_get, AUTOCOMMIT),
+    "schedule.get": Operation(s.ById, schedules.schedule_get, AUTOCOMMIT, quick=True),
     "schedule.create": Operation(s.ScheduleCreate, schedules.schedule_create),
     "schedule.delete": Operation(s.ById, schedules.schedule_delete),
     "schedule.search": Operation(s.ScheduleSearch, schedules.schedule_search, AUTOCOMMIT),
@@ -53,6 +56,12 @@ OPERATIONS = {
     "debug.snap": Operation(s.Empty, debug.debug_snap),
     "debug.tick": Operation(s.DebugTick, debug.debug_tick),
 }
+
+
+def quick(envelope):
+    """Whether a decoded request envelope asks for a quick operation (Operation.quick)."""
+    kind = envelope.get("kind") if type(envelope) is dict else None
+    return type(kind) is str and kind in OPERATIONS and OPERATIONS[kind].quick
 
 
 def run(operation, req, now):

@@ -36,12 +36,22 @@ def reply(kind, corr_id, status, data):
     return {"kind": kind, "head": {"corrId": corr_id, "status": status, "version": PROTOCOL_VERSION}, "data": data}
 
 
-def answer(body, now=None):
-    """The reply envelope for one request body (bytes). Never raises for bad input."""
+def decoded(body):
+    """A request body's envelope, decoded (any JSON value), or None when the body is not JSON."""
     try:
-        envelope = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        return reply("unknown", "0", 400, f"Invalid request envelope: {error}")
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def answer(body, now=None, envelope=None):
+    """The reply envelope for one request body (bytes), or for `envelope`, the body already decoded. Never raises
+    for bad input."""
+    if envelope is None:
+        try:
+            envelope = orjson.loads(body)
+        except orjson.JSONDecodeError as error:
+            return reply("unknown", "0", 400, f"Invalid request envelope: {error}")
     kind, corr_id = echoed(envelope)
     try:
         problem = envelope_problem(envelope)
@@ -224,20 +234,21 @@ class ProtocolView(APIView):
         return HttpResponse(body, status=status, content_type="application/json")
 
 
-def respond(body):
+def respond(body, envelope=None):
     """POST / for one request body: (HTTP status, reply envelope as JSON), counted and logged; never raises.
+    `envelope`: the body already decoded, when it was (decoded).
 
     Every way the protocol is served comes here: the server's own path (resonate_site/asgi.py) and
     Django's (ProtocolView, for WSGI servers and the test client).
     """
-    started, envelope = time.perf_counter(), CRASHED
+    started, replied = time.perf_counter(), CRASHED
     try:
-        envelope = answer(body)
+        replied = answer(body, envelope=envelope)
     except Exception:
         log.exception("POST / failed: %s", body[:EXCERPT_CHARS])
     finally:
-        request_answered(envelope, time.perf_counter() - started, OPERATIONS)
-    return envelope["head"]["status"], orjson.dumps(envelope)
+        request_answered(replied, time.perf_counter() - started, OPERATIONS)
+    return replied["head"]["status"], orjson.dumps(replied)
 
 
 def refused(status, message):
