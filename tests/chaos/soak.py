@@ -87,7 +87,7 @@ def streams(seconds, rate):
 def broker(rounds):
     import psycopg
 
-    from tests.e2e.conftest import FAST
+    from tests.e2e.conftest import production_env
     from tests.e2e.servers import ROOT, Process, runtime_python
     from tests.faults import OwnRedis
 
@@ -99,8 +99,7 @@ def broker(rounds):
     subprocess.run([runtime_python(), "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True,
                    env={**os.environ, "DATABASE_URL": url})  # fmt: skip
     redis = OwnRedis(directory).start()
-    env = {**os.environ, **FAST, "DATABASE_URL": url, "RESONATE_BACKGROUND": "celery", "RESONATE_HUB_URL": redis.url,
-           "CELERY_BROKER_URL": redis.url, "RESONATE_SWEEP_PERIOD_MS": "1000"}  # fmt: skip
+    env = production_env(url, redis.url, RESONATE_SWEEP_PERIOD_MS="1000")
     celery = ["-m", "celery", "-A", "resonate_site"]
     log = directory / "w.log"
     worker = Process([*celery, "worker", "--concurrency", "2", "--loglevel", "info"], env, log, runtime_python())

@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 import psycopg
 
+from tests.e2e.conftest import production_env
 from tests.e2e.servers import ROOT, Process, free_port, runtime_python, wait_ready
 from tests.faults import OwnRedis, PgProxy
 
@@ -35,16 +36,14 @@ class Deployment:
         self.database = f"resonate_lin_{uuid.uuid4().hex[:10]}"
         self.admin_dsn = f"host={admin['HOST']} port={admin['PORT']} user={admin['USER']} dbname=postgres"
         self.direct_url = f"postgres://{admin['USER']}@{admin['HOST']}:{admin['PORT']}/{self.database}"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": self.proxy.url(self.database, admin["USER"]),
-            "RESONATE_BACKGROUND": "celery",
-            "RESONATE_HUB_URL": self.redis.url,
-            "CELERY_BROKER_URL": self.redis.url,
-            "RESONATE_SWEEP_PERIOD_MS": "1000",
-            "RESONATE_AUTH_DISABLED": "true",
-            "RESONATE_DEBUG": "true",
-        }
+        self.env = production_env(
+            self.proxy.url(self.database, admin["USER"]),
+            self.redis.url,
+            server_settings={},  # production's own timers
+            RESONATE_SWEEP_PERIOD_MS="1000",
+            RESONATE_AUTH_DISABLED="true",
+            RESONATE_DEBUG="true",
+        )
         self.ports = [free_port(), free_port()]
         self.servers = [None, None]
         self.worker = self.beat = None
