@@ -1,5 +1,6 @@
 """Fixtures: a protocol client that speaks POST / envelopes, with debug operations enabled."""
 
+import contextlib
 import subprocess
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -180,3 +181,35 @@ def pg_proxy(tmp_path):
     proxy = PgProxy(tmp_path)
     yield proxy
     proxy.stop()
+
+
+@contextlib.contextmanager
+def guarded_uvicorn(app):
+    """uvicorn serving `app` with the server's own HTTP protocol (resonate_site.serving.GuardedHttpProtocol), on a
+    thread and a free port of 127.0.0.1: the port, once it listens."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from resonate_site.serving import GuardedHttpProtocol
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=GuardedHttpProtocol, log_level="error", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)

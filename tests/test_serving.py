@@ -152,9 +152,8 @@ def test_the_server_counts_its_open_protocol_requests_from_when_it_reads_them_to
     import socket
     import time
 
-    import uvicorn
-
-    from resonate_site.serving import GuardedHttpProtocol, ProtocolRequests
+    from resonate_site.serving import ProtocolRequests
+    from tests.conftest import guarded_uvicorn
 
     seen = []
 
@@ -169,21 +168,9 @@ def test_the_server_counts_its_open_protocol_requests_from_when_it_reads_them_to
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=GuardedHttpProtocol, log_level="error", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     post = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}"
-    try:
+    with guarded_uvicorn(app) as port:
         deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
         clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
         clients[0].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         answered(clients[0])
@@ -204,9 +191,6 @@ def test_the_server_counts_its_open_protocol_requests_from_when_it_reads_them_to
             time.sleep(0.01)
         for client in clients:
             client.close()
-    finally:
-        server.should_exit = True
-        thread.join(10)
     health, alone, read_together, read_with_it, cut_short = seen
     assert health == ("GET", "/health", 0)  # not a protocol request
     assert alone == ("POST", "/", 1)

@@ -125,9 +125,8 @@ def test_the_server_tells_a_stream_when_its_client_has_closed_the_connection():
     import socket
     import threading
 
-    import uvicorn
-
-    from resonate_site.serving import CLOSING, GuardedHttpProtocol
+    from resonate_site.serving import CLOSING
+    from tests.conftest import guarded_uvicorn
 
     seen = {}
     answered = threading.Event()
@@ -146,31 +145,14 @@ def test_the_server_tells_a_stream_when_its_client_has_closed_the_connection():
             await asyncio.sleep(0.01)
         seen["closed"] = closing()
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=GuardedHttpProtocol, log_level="error", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
+    with guarded_uvicorn(app) as port, socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(b"GET /poll/g/w HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert answered.wait(5)
+        client.shutdown(socket.SHUT_RDWR)  # the client leaves (FIN); the server has written nothing since
+        deadline = time.monotonic() + 6
+        while "closed" not in seen:
+            assert time.monotonic() < deadline
             time.sleep(0.01)
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            client.sendall(b"GET /poll/g/w HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            assert answered.wait(5)
-            client.shutdown(socket.SHUT_RDWR)  # the client leaves (FIN); the server has written nothing since
-            deadline = time.monotonic() + 6
-            while "closed" not in seen:
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-    finally:
-        server.should_exit = True
-        thread.join(10)
     assert seen == {"open": False, "closed": True}
 
 
