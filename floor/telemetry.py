@@ -79,18 +79,19 @@ def finished(name, started_ns, **attributes):
     tracer.start_span(name, attributes=attributes, start_time=started_ns).end()
 
 
-def traced_respond(respond, body, traceparent):
-    """respond(body) inside a `resonate <kind>` span, a child of the caller's trace when it sent `traceparent`."""
+def traced_respond(respond, body, traceparent, envelope=None):
+    """respond(body, envelope) inside a `resonate <kind>` span, a child of the caller's trace when it sent
+    `traceparent`. `envelope`: the body already decoded, if it was."""
     from opentelemetry.propagate import extract
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     parent = extract({"traceparent": traceparent.decode("latin-1")}) if traceparent else None
-    kind, id = operation_of(body)
+    kind, id = operation_of(body if envelope is None else envelope)
     with tracer.start_as_current_span(f"resonate {kind}", context=parent, kind=SpanKind.SERVER) as current:
         current.set_attribute("resonate.operation", kind)
         if id is not None:
             current.set_attribute("resonate.id", id)
-        status, reply = respond(body)
+        status, reply = respond(body, envelope)
         current.set_attribute("resonate.status", status)
         if status >= 500:
             current.set_status(Status(StatusCode.ERROR, f"status {status}"))
@@ -98,11 +99,14 @@ def traced_respond(respond, body, traceparent):
 
 
 def operation_of(body):
-    """The envelope's kind and its data's id (or task id), as far as the body lets them be read."""
-    try:
-        envelope = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return "unknown", None
+    """The envelope's kind and its data's id (or task id), as far as the body (bytes, or decoded) lets them be read."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        try:
+            envelope = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return "unknown", None
+    else:
+        envelope = body
     if not isinstance(envelope, dict):
         return "unknown", None
     kind = envelope.get("kind") if isinstance(envelope.get("kind"), str) else "unknown"

@@ -110,7 +110,7 @@ def serve_protocol(item):
     if len(item) == 2:
         return respond(*item)
     body, envelope, traceparent = item
-    return telemetry.traced_respond(functools.partial(respond, envelope=envelope), body, traceparent)
+    return telemetry.traced_respond(respond, body, traceparent, envelope)
 
 
 protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol", troubled=database_troubled)
