@@ -49,6 +49,18 @@ def cursor_of(connection, single=False):
     the connection (its age, a failure), the next statement opens cursors on the new one.
     """
     if not _keeps_cursors(connection):
+        if _bare_sqlite(connection):
+            raw = connection.connection
+            if raw is None:
+                connection.ensure_connection()
+                raw = connection.connection
+            cursor = raw.cursor()
+            try:
+                with connection.wrap_database_errors:
+                    yield _Qmarked(cursor)
+            finally:
+                cursor.close()  # a SELECT not read to its end would hold its snapshot until then
+            return
         with connection.cursor() as cursor:
             yield cursor
         return
@@ -138,6 +150,45 @@ def _kept_on(connection):
 def _keeps_cursors(connection):
     """Whether hot statements go through the kept psycopg cursors: PostgreSQL, and nobody watching the queries."""
     return connection.vendor == "postgresql" and not connection.queries_logged and not connection.execute_wrappers
+
+
+def _bare_sqlite(connection):
+    """Whether hot statements go to sqlite3's own cursor (_Qmarked): SQLite, and nobody watching the queries.
+
+    Django's cursor costs more than the statement there: the check for a running event loop, its wrappers, and a
+    regular expression turning each %s into ? at every call. The embedded mode spent a fifth of its interpreter on
+    them in a create (py-spy, bench/HISTORY.md 2026-12-05)."""
+    return connection.vendor == "sqlite" and not connection.queries_logged and not connection.execute_wrappers
+
+
+class _Qmarked:
+    """A sqlite3 cursor that takes the %s placeholders the hot statements are written with (sqlite3's are ?), the SQL
+    converted once per text as Django's SQLite cursor converts it at every call. Errors still arrive as django.db
+    errors: cursor_of wraps it as Django wraps its own."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor):
+        self.cursor = cursor
+
+    def execute(self, sql, params=None):
+        if params is None:  # as Django's: the text as it is
+            self.cursor.execute(sql)
+            return
+        converted = _QMARKED.get(sql)
+        if converted is None:
+            if len(_QMARKED) >= QMARKED_KEPT:  # texts with IN lists of every length: keep the cache bounded
+                _QMARKED.clear()
+            converted = _QMARKED[sql] = _FORMAT_QMARK.sub("?", sql).replace("%%", "%")
+        self.cursor.execute(converted, params)
+
+    def __getattr__(self, name):
+        return getattr(self.cursor, name)
+
+
+_QMARKED = {}  # SQL with %s: the same with ?
+QMARKED_KEPT = 2048
+_FORMAT_QMARK = re.compile(r"(?<!%)%s")  # Django's own rule (django.db.backends.sqlite3.base.FORMAT_QMARK_REGEX)
 
 
 _held = contextvars.ContextVar("resonate_held_for_commit", default=None)  # see at_commit
@@ -280,6 +331,21 @@ def _preparer(model, attname, vendor):
             return wrapped(value) if type(value) is int else slow(value, connection)
 
         return integer
+    if vendor == "sqlite" and kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
+
+        def integer_sqlite(value, connection):  # adapt_integerfield_value passes it as it is here
+            return value if type(value) is int or value is None else slow(value, connection)
+
+        integer_sqlite.passes = frozenset({int, type(None)})
+        return integer_sqlite
+    if vendor == "sqlite" and kind == "JSONField" and own.encoder is None and _plain_json(own):
+
+        def json_text(value, connection):  # adapt_json_value: the standard library's text; None is SQL NULL
+            if value is None:
+                return None
+            return json.dumps(value) if type(value) in _JSON_TYPES else slow(value, connection)
+
+        return json_text
     if vendor == "postgresql" and kind == "JSONField" and own.encoder is None and _plain_json(own):
         from psycopg.types.json import Jsonb
 

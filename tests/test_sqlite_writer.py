@@ -46,7 +46,7 @@ def test_a_begin_that_fails_frees_the_lock(monkeypatch):
         raise OperationalError("disk I/O error")
 
     connection.ensure_connection()
-    monkeypatch.setattr(sqlite_backend.base.DatabaseWrapper, "_start_transaction_under_autocommit", refuse)
+    monkeypatch.setattr(sqlite_backend.DatabaseWrapper, "_begin", refuse)
     with pytest.raises(OperationalError), transaction.atomic():
         pass
     assert not sqlite_backend._writer.locked()

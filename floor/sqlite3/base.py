@@ -36,10 +36,17 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raise OperationalError(f"database is locked: no turn to write within {WRITER_WAIT_S:g} s")
         self.holds_writer = True
         try:
-            super()._start_transaction_under_autocommit()
+            self._begin()
         except BaseException:
             self._release_writer()
             raise
+
+    def _begin(self):
+        if self.queries_logged or self.execute_wrappers:  # watched: through Django's cursor, which shows it
+            super()._start_transaction_under_autocommit()
+        else:  # what Django's does, without a cursor of Django's (floor.rows._bare_sqlite: its cost)
+            with self.wrap_database_errors:
+                self.connection.execute(f"BEGIN {self.transaction_mode}" if self.transaction_mode else "BEGIN")
 
     def _commit(self):
         try:
