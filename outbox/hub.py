@@ -202,6 +202,11 @@ class MemoryHub:
             self.streams.get(stream.group, {}).pop(stream.key, None)
         await _flushed(stream.loop)  # offers made under the lock before the pop were scheduled before this
 
+    def groups_listening(self):
+        """The groups with a stream now (outbox.delivery.drop_unheard)."""
+        with self.lock:
+            return {group for group, streams in self.streams.items() if streams}
+
     def take_here(self, messages):
         """Every stream is this process's: publish_all, which makes no round trip."""
         return self.publish_all(messages)
