@@ -190,7 +190,7 @@ class Deliverer(threading.Thread):
 
     def start(self):
         global _deliverer
-        _deliverer = (os.getpid(), self)
+        _deliverer = (_this_process, self)
         if self.handoff is not None:
             self.handoff.start()
         if self.embedded and hasattr(hub(), "joined"):  # every stream is in this process: told of each that connects
@@ -393,21 +393,33 @@ class Handoff(threading.Thread):
 def hears_every_join():
     """Whether this process's deliverer runs and hears every stream connect (outbox.delivery.joins_heard)."""
     pid, running = _deliverer
-    return pid == os.getpid() and running.hears_every_join and not running.stopped.is_set()
+    return pid == _this_process and running.hears_every_join and not running.stopped.is_set()
 
 
 hears_joins(hears_every_join)
 
 _deliverer = (None, None)  # (process id, Deliverer): a forked process (a Celery worker) starts its own
 _deliverer_lock = threading.Lock()
+_this_process = os.getpid()  # read once per process (every request asks for the deliverer; a getpid is a system call)
+
+
+def _forked():
+    global _this_process
+    _this_process = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def deliverer():
     """This process's deliverer: the embedded one serve started, or in production one started on first use."""
     global _deliverer
+    pid, running = _deliverer
+    if pid == _this_process:  # started, in this process: no lock needed to read it
+        return running
     with _deliverer_lock:
         pid, running = _deliverer
-        if pid == os.getpid():
+        if pid == _this_process:
             return running
         if resonate_settings.BACKGROUND != "celery":
             return None
