@@ -324,6 +324,20 @@ def test_sweep_loop_keeps_sweeping_until_it_is_told_to_stop():
     assert Promise.objects.get(pk="wf").state == "rejected_timedout"
 
 
+def test_a_sweep_with_nothing_due_starts_no_transaction(monkeypatch):
+    """Each category's sweep is a transaction, which takes SQLite's one writer: with nothing due there is none."""
+    from timeouts import sweeper
+
+    create("later", timeout_at=now_ms() + 60_000, now=now_ms())  # no target: no task, whose retry would be due
+    monkeypatch.setattr(sweeper, "sweep", lambda *args, **kwargs: pytest.fail("swept with nothing due"))
+    fired, wait = sweeper.sweep_once(idle=0.05)
+    assert fired == 0 and 0.005 <= wait <= 0.05
+    monkeypatch.undo()
+    create("due", timeout_at=LONG_AGO + 10, tags={"resonate:target": TARGET})
+    assert sweeper.sweep_once(idle=0.05)[0] == 1
+    assert Promise.objects.get(pk="due").state == "rejected_timedout"
+
+
 def test_deliver_attempts_due_messages_once():
     create("wf", tags={"resonate:target": "http://127.0.0.1:9/unreachable"})
     assert run_json("deliver") == {"attempted": 1}

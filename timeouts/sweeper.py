@@ -35,11 +35,18 @@ def sweep_once(idle, until=float("inf")):
     (transitions run, seconds until the next look)."""
     if Pause.is_paused():
         return 0, idle
-    until, started = min(until, time.monotonic() + SLICE_S), time.time_ns()
-    fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms, until=until)
-    if fired and telemetry.tracer is not None:
-        telemetry.finished("resonate.sweep", started, **{"resonate.fired": fired})
     upcoming = next_due()
+    if upcoming is not None and upcoming <= now_ms():
+        until, started = min(until, time.monotonic() + SLICE_S), time.time_ns()
+        fired = sweep(now_ms(), batch=resonate_settings.SWEEP_BATCH, clock=now_ms, until=until)
+        if fired and telemetry.tracer is not None:
+            telemetry.finished("resonate.sweep", started, **{"resonate.fired": fired})
+        upcoming = next_due()
+    else:
+        # Nothing due: no sweep, whose transactions (one per category) each take the database's writer on SQLite,
+        # twenty times a second. Requests waited for them 13% of the embedded mode's time (bench/HISTORY.md,
+        # 2026-12-05). A deadline that comes meanwhile is seen at the next look, within SWEEP_IDLE_MS.
+        fired = 0
     wait = idle if upcoming is None else min(idle, (upcoming - now_ms()) / 1000)
     if fired == 0:
         wait = max(wait, 0.005)  # due entries held by another sweeper: let it finish
