@@ -117,3 +117,69 @@ def test_a_writer_that_gets_no_turn_within_its_wait_is_told_the_database_is_lock
         release.set()
         thread.join(10)
     assert lost_race(failed[0])
+
+
+# Checkpoints in a thread of their own (floor/sqlite3/checkpoints.py)
+
+
+def wal_frames():
+    """(frames in the log, frames copied into the database file), without copying any."""
+    _, logged, copied = connection.connection.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+    return logged, copied
+
+
+def test_a_checkpoint_copies_the_log_and_the_next_commit_starts_it_again_from_its_beginning():
+    from floor.sqlite3 import checkpoints
+
+    connection.ensure_connection()
+    for n in range(20):
+        with transaction.atomic():
+            create(f"w{n}")
+    logged, _ = wal_frames()
+    assert logged >= 20
+    copied, wait = checkpoints.checkpoint_once()
+    assert copied == logged and wait == checkpoints.CHECKPOINT_EVERY_S
+    with transaction.atomic():
+        create("afresh")
+    assert wal_frames()[0] < logged  # written from the log's beginning: it does not grow
+
+
+def test_a_long_log_is_finished_in_a_turn_of_the_writer_lock(monkeypatch):
+    from floor.sqlite3 import checkpoints
+
+    monkeypatch.setattr(checkpoints, "RESTART_FRAMES", 0)
+
+    connection.ensure_connection()
+    done = []
+    with transaction.atomic():
+        create("held")
+        thread = threading.Thread(target=lambda: done.append(checkpoints.checkpoint_once()))
+        thread.start()
+        time.sleep(0.2)
+        assert done == []  # a long log's rest is copied in a turn of its own: after this transaction's
+    thread.join(5)
+    assert len(done) == 1
+
+
+def test_a_process_that_checkpoints_in_a_thread_leaves_only_a_long_log_to_its_commits(monkeypatch):
+    from floor.sqlite3 import checkpoints
+
+    stop = threading.Event()
+    monkeypatch.setattr(sqlite_backend, "checkpoints_elsewhere", False)
+    thread = checkpoints.checkpoint_in_background(stop.is_set)
+    try:
+        assert sqlite_backend.checkpoints_elsewhere
+        connection.close()
+        connection.ensure_connection()  # opened from now on: checkpoints only past the backstop
+        assert connection.connection.execute("PRAGMA wal_autocheckpoint").fetchone() == (checkpoints.BACKSTOP_FRAMES,)
+        with transaction.atomic():
+            create("background")
+        deadline = time.monotonic() + 5
+        while wal_frames()[1] < wal_frames()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert wal_frames()[1] == wal_frames()[0]  # the thread copied it
+    finally:
+        stop.set()
+        thread.join(5)
+        connection.close()  # the next test's connection checkpoints by itself again
+    assert not thread.is_alive()

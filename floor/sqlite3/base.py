@@ -11,6 +11,7 @@ Each connection also has resonate_function(param), the function a promise runs (
 """
 
 import threading
+from contextlib import contextmanager
 
 from django.db import OperationalError
 from django.db.backends.sqlite3 import base
@@ -19,6 +20,18 @@ from floor.lineage import FUNCTION_SQL, function_of_json
 
 WRITER_WAIT_S = 30.0  # as long as SQLite's own busy timeout (resonate_site/settings.py)
 _writer = threading.Lock()
+checkpoints_elsewhere = False  # a thread of this process checkpoints (floor/sqlite3/checkpoints.py)
+
+
+@contextmanager
+def writing():
+    """Hold this process's writer lock, as a transaction does from BEGIN to its end."""
+    if not _writer.acquire(timeout=WRITER_WAIT_S):
+        raise OperationalError(f"database is locked: no turn to write within {WRITER_WAIT_S:g} s")
+    try:
+        yield
+    finally:
+        _writer.release()
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -28,6 +41,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         connection = super().get_new_connection(conn_params)
         # The SQL function that PostgreSQL has from promises/migrations/0006 (floor/lineage.py)
         connection.create_function(FUNCTION_SQL, 1, function_of_json, deterministic=True)
+        if checkpoints_elsewhere:
+            from floor.sqlite3.checkpoints import BACKSTOP_FRAMES
+
+            connection.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_FRAMES}")
         return connection
 
     def _start_transaction_under_autocommit(self):

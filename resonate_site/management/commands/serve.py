@@ -13,10 +13,12 @@ import time
 import uvicorn
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 from uvicorn.config import STARTUP_FAILURE
 
 from floor.conf import resonate_settings
 from floor.counters import multiprocess_dir
+from floor.sqlite3.checkpoints import checkpoint_in_background
 from outbox.dispatch import Deliverer
 from resonate_site.auth import check_auth, refuse_unprotected
 from resonate_site.metrics import clear_if_unused
@@ -58,6 +60,8 @@ class Command(BaseCommand):
             self.stderr.write("without RESONATE_METRICS_DIR, /metrics counts only the server process that answers it")
         stop = threading.Event()
         if embedded:
+            if connection.vendor == "sqlite":
+                checkpoint_in_background(stop.is_set)
             threading.Thread(
                 target=keep_sweeping, args=(float("inf"), stop.is_set), name="resonate-sweeper", daemon=True
             ).start()
