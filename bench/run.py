@@ -472,9 +472,35 @@ def drive(label, port, prefill, name, lua, clients, seconds):
     run = f"{label[0]}{name.split('.')[-1][:4]}{clients}x{time.time_ns() // 1_000_000}"
     if name == "promise.settle":
         prefill(run, min(clients, 2))
+    quiet_machine()
     result = wrk(lua, clients, seconds, run, one_connection_per_thread=name.startswith("task."), port=port)
     print(f"{label:12} {name:22} c={clients:<3} {fmt(result)}", file=sys.stderr, flush=True)
     return result
+
+
+QUIET_BUSY = 0.15  # the share of the machine's CPU time in use below which a point may start
+QUIET_WAIT_S = 20.0  # the longest a point waits for it
+
+
+def quiet_machine():
+    """Wait (QUIET_WAIT_S at most) until the machine is quiet: what the previous point left to do in the background
+    (production's Celery worker retrying the messages nobody listens to, every 500 ms for 10 s; the embedded mode
+    dropping them at the end of their grace) runs before the next point, not during it. Otherwise one target's
+    deferred work is counted against whichever target comes next."""
+    until = time.monotonic() + QUIET_WAIT_S
+    while time.monotonic() < until:
+        before = _cpu_times()
+        time.sleep(0.5)
+        after = _cpu_times()
+        total = sum(after) - sum(before)
+        idle = (after[3] + after[4]) - (before[3] + before[4])  # idle and iowait
+        if total <= 0 or 1 - idle / total < QUIET_BUSY:
+            return
+
+
+def _cpu_times():
+    with open("/proc/stat") as stat:
+        return [int(field) for field in stat.readline().split()[1:]]
 
 
 def baseline(name, sql, per_unit, clients, seconds):
