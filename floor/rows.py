@@ -644,13 +644,17 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     """
     connection = connections[using]
     model = type(instance)
-    if connection.vendor != "postgresql":
-        existing = fetch(model, instance.pk, using=using)
-        if existing is None:
-            insert(instance, using=using)
+    if connection.vendor != "postgresql":  # SQLite: the caller's transaction holds the one writer
+        with cursor_of(connection) as cursor:
+            cursor.execute(_insert_unless_key(model), row_params(instance, connection))
+            if cursor.fetchone() is None:  # the key exists: that row, and nothing written
+                cursor.execute(_select(model, model._meta.pk.column, False), [instance.pk])
+                return _instance(model, cursor.fetchone(), connection, using)
             for dependent in dependents:
-                insert(dependent, on_conflict=getattr(dependent, "insert_on_conflict", None), using=using)
-        return existing
+                statement = inserting([dependent], getattr(dependent, "insert_on_conflict", None), using)
+                cursor.execute(statement.sql, statement.params)
+        instance._state.adding, instance._state.db = False, using
+        return None
     sql = _insert_unless_exists(model, tuple(type(d) for d in dependents), using)
     params = [value for row in (instance, *dependents) for value in row_params(row, connection)]
     params.append(instance.pk)
@@ -666,6 +670,12 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
             row._state.adding, row._state.db = False, using
         return None
     raise IntegrityError(f"{model._meta.db_table} {instance.pk!r} kept conflicting with a row it could not read")
+
+
+@cache
+def _insert_unless_key(model):
+    """An INSERT of the model's row that writes nothing when its key exists, and returns a row when it wrote one."""
+    return f"{_insert(model, None)} ON CONFLICT ({quote(model._meta.pk.column)}) DO NOTHING RETURNING 1"
 
 
 @cache
