@@ -498,7 +498,10 @@ def _new_plan(model):
 
 
 def _signalled(model):
-    """Whether anything listens to the model's pre_init or post_init: then Model.__init__ must send them."""
+    """Whether anything listens to the model's pre_init or post_init: then Model.__init__ must send them. Nothing
+    listens to either signal in the server: their empty lists say so without has_listeners' per-sender lookup."""
+    if not pre_init.receivers and not post_init.receivers:
+        return False
     return pre_init.has_listeners(model) or post_init.has_listeners(model)
 
 

@@ -156,6 +156,27 @@ def test_new_gives_each_instance_its_own_default_objects(model):
             assert first.__dict__[field.attname] is not second.__dict__[field.attname]
 
 
+@pytest.mark.parametrize("signal", ["pre_init", "post_init"])
+def test_new_sends_a_models_init_signals_once_someone_listens(signal):
+    from django.db.models import signals
+
+    from promises.models import Promise
+
+    heard = []
+
+    def listener(sender, **kwargs):
+        heard.append(sender)
+
+    getattr(signals, signal).connect(listener, sender=Promise)
+    try:
+        rows.new(Promise, id="p")
+    finally:
+        getattr(signals, signal).disconnect(listener, sender=Promise)
+    assert heard == [Promise]
+    rows.new(Promise, id="q")
+    assert heard == [Promise]
+
+
 def test_new_refuses_what_the_models_own_constructor_refuses():
     from promises.models import Promise
 
