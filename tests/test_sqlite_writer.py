@@ -165,10 +165,10 @@ def test_a_process_that_checkpoints_in_a_thread_leaves_only_a_long_log_to_its_co
     from floor.sqlite3 import checkpoints
 
     stop = threading.Event()
-    monkeypatch.setattr(sqlite_backend, "checkpoints_elsewhere", False)
+    monkeypatch.setattr(sqlite_backend, "autocheckpoint_frames", None)
     thread = checkpoints.checkpoint_in_background(stop.is_set)
     try:
-        assert sqlite_backend.checkpoints_elsewhere
+        assert sqlite_backend.autocheckpoint_frames == checkpoints.BACKSTOP_FRAMES
         connection.close()
         connection.ensure_connection()  # opened from now on: checkpoints only past the backstop
         assert connection.connection.execute("PRAGMA wal_autocheckpoint").fetchone() == (checkpoints.BACKSTOP_FRAMES,)

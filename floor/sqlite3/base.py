@@ -20,7 +20,9 @@ from floor.lineage import FUNCTION_SQL, function_of_json
 
 WRITER_WAIT_S = 30.0  # as long as SQLite's own busy timeout (resonate_site/settings.py)
 _writer = threading.Lock()
-checkpoints_elsewhere = False  # a thread of this process checkpoints (floor/sqlite3/checkpoints.py)
+# None: each connection checkpoints by SQLite's default. Set by floor/sqlite3/checkpoints.py when a thread of this
+# process checkpoints: connections opened from then on checkpoint by themselves only past this many log frames.
+autocheckpoint_frames = None
 
 
 @contextmanager
@@ -41,10 +43,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
         connection = super().get_new_connection(conn_params)
         # The SQL function that PostgreSQL has from promises/migrations/0006 (floor/lineage.py)
         connection.create_function(FUNCTION_SQL, 1, function_of_json, deterministic=True)
-        if checkpoints_elsewhere:
-            from floor.sqlite3.checkpoints import BACKSTOP_FRAMES
-
-            connection.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_FRAMES}")
+        if autocheckpoint_frames is not None:
+            connection.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint_frames)}")
         return connection
 
     def _start_transaction_under_autocommit(self):

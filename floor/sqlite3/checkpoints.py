@@ -20,6 +20,7 @@ import threading
 from django.db import connection
 
 from floor.loops import keep_running
+from floor.sqlite3 import base
 
 log = logging.getLogger(__name__)
 
@@ -30,22 +31,18 @@ BACKSTOP_FRAMES = 20_000
 
 def checkpoint_once():
     """One PASSIVE checkpoint, and the log's rest under the writer lock once it is long; (frames copied, wait)."""
-    from floor.sqlite3.base import writing
-
     connection.ensure_connection()
     raw = connection.connection
     _, logged, copied = raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     if logged >= RESTART_FRAMES:
-        with writing():
+        with base.writing():
             _, logged, copied = raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     return max(copied, 0), CHECKPOINT_EVERY_S
 
 
 def checkpoint_in_background(stopping):
     """Start the checkpointing thread of this process (serve, in the embedded mode on SQLite)."""
-    from floor.sqlite3 import base
-
-    base.checkpoints_elsewhere = True  # connections opened from now on leave checkpoints to the thread
+    base.autocheckpoint_frames = BACKSTOP_FRAMES  # connections opened from now on leave checkpoints to the thread
 
     def checkpointing():
         keep_running(checkpoint_once, float("inf"), stopping, retry_after=1.0)
