@@ -11,7 +11,6 @@ from collections import Counter as Tally
 from functools import cache
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 
 from floor.conf import resonate_settings
 
@@ -49,6 +48,10 @@ REQUEST_SECONDS = Histogram(
 MESSAGES = Counter("resonate_messages", "execute and unblock messages claimed from the outbox for delivery", ["kind"])
 DELIVERIES = Counter("resonate_deliveries", "Delivery attempts by outcome: success, error or dropped", ["status"])
 SCHEDULE_PROMISES = Counter("resonate_schedule_promises", "Promises created by schedules")
+TOGETHER = Counter(
+    "resonate_requests_committed_together",
+    "Protocol requests whose transaction was one commit with others open at once (the embedded mode)",
+)
 
 # Requests refused before any operation ran; every other 4xx (404, 409, 422) is an ordinary protocol answer.
 REFUSED = {400, 401, 403, 413}
@@ -90,7 +93,11 @@ def deliveries_recorded(states):
         DELIVERIES.labels(status).inc(count)
 
 
-def schedule_promises_fired(count):
-    """Count a schedule's promises once they are committed: a batch retried or rolled back counts nothing."""
-    if count:
-        transaction.on_commit(lambda: SCHEDULE_PROMISES.inc(count))
+def schedule_promises_fired(counts):
+    """Count a schedule's promises once they are committed (floor.transactions.after_commit): a batch retried or
+    rolled back counts nothing."""
+    SCHEDULE_PROMISES.inc(sum(counts))
+
+
+def requests_committed_together(count):
+    TOGETHER.inc(count)

@@ -11,6 +11,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, Programm
 
 from floor import rows
 from floor.conf import resonate_settings
+from floor.counters import requests_committed_together
 from floor.outages import Outage, log_failure
 
 log = logging.getLogger(__name__)
@@ -110,12 +111,15 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     """
     attempts, reconnected, waiting_until = resonate_settings.DB_RETRIES, False, None
     postgresql = connection.vendor == "postgresql"
+    group = _group.get()
     attempt = 0
     while attempt < attempts:
         attempt += 1
         committing = False
         _rerun.set(reconnected)
         try:
+            if group is not None:  # one of several in a transaction that run_together commits
+                return group.in_savepoint(operation, args)
             if mode is Mode.AUTOCOMMIT and postgresql:
                 result = _collecting(operation, args)
                 if result is None and ambiguous_none and reconnected:
@@ -155,6 +159,93 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
 _rerun = contextvars.ContextVar("resonate_rerun", default=False)
 
 
+class Broken(Exception):
+    """A group's transaction can no longer be trusted (see Group); each of its calls runs again on its own."""
+
+
+class Group:
+    """The transaction run_together opens, shared by the operations of several calls, each in a savepoint of it.
+
+    The savepoints are SQLite's own, sent on the raw connection (two statements of C, where a nested
+    transaction.atomic() costs Django's cursor and bookkeeping). Django does not know them, so what it would do
+    at a savepoint's rollback is done here: its flag for a rollback is cleared, and what an operation asks to be
+    told after the commit is kept only once it has returned, then registered once for the whole group
+    (register_hooks: one delivery notice for every message the group wrote). Anything the savepoints cannot undo
+    cleanly (a failed ROLLBACK TO, Django's flag left set by an operation that returned) makes the group Broken."""
+
+    SAVEPOINT = "resonate_call"
+
+    def __init__(self, raw):
+        self.raw, self.broken = raw, False
+        self.collected = {}  # what the operations ask to be told after the commit, each hook once for all of them
+
+    def in_savepoint(self, operation, args):
+        """_collecting(operation, args) in a savepoint: undone if it raises."""
+        self._send("SAVEPOINT")
+        collected = {}
+        try:
+            result = _collecting(operation, args, into=collected)
+        except BaseException:
+            self._send("ROLLBACK TO")
+            self._send("RELEASE")
+            connection.needs_rollback = False  # what Django's own savepoint does once rolled back to
+            raise
+        if connection.needs_rollback:
+            self.broken = True
+            raise Broken(f"{operation.__name__} left its transaction marked for rollback")
+        self._send("RELEASE")
+        for hook, items in collected.items():
+            self.collected.setdefault(hook, []).extend(items)
+        return result
+
+    def register_hooks(self):
+        for hook, items in self.collected.items():
+            transaction.on_commit(_safely(hook, items))
+
+    def _send(self, verb):
+        try:
+            self.raw.execute(f"{verb} {self.SAVEPOINT}")
+        except Exception:
+            self.broken = True  # SQLite ended the transaction itself (disk full, an I/O error): run_together redoes
+            raise
+
+
+_group = contextvars.ContextVar("resonate_group", default=None)
+
+
+def run_together(calls):
+    """[call() for call in calls], the operations they run through run_atomically sharing one transaction: one
+    BEGIN and one COMMIT for all of them (group commit), each operation in a savepoint, its lost races retried
+    there. The results are returned once that transaction has committed, and the after_commit hooks run then.
+
+    For SQLite, which takes one writer at a time anyway, and where a transaction's BEGIN, COMMIT and Django's
+    bookkeeping around them were a fifth of a create's time (resonate_site.serving.ProtocolThreads; bench/HISTORY.md,
+    "group commit"). Should the shared transaction fail to
+    begin or to commit, or break, every call runs again on its own, each in its own transaction, as if it had
+    come alone: a caller is only ever answered with what was committed. (What a call counts or logs on its way,
+    the request counters, it then counts twice.)"""
+    if len(calls) == 1:
+        return [calls[0]()]
+    try:
+        with transaction.atomic():
+            group = Group(connection.connection)
+            token = _group.set(group)
+            try:
+                results = []
+                for call in calls:
+                    results.append(call())
+                    if group.broken:
+                        raise Broken("a savepoint could not be rolled back")
+                group.register_hooks()
+            finally:
+                _group.reset(token)
+        requests_committed_together(len(calls))
+        return results
+    except Exception as error:
+        log.warning("%d calls that were to commit together run one by one: %s", len(calls), error)
+        return [call() for call in calls]
+
+
 def run_again_on_a_new_connection():
     """Whether the operation under way runs again because its connection was lost: a statement of its first run may
     have committed (see run_atomically), and what it finds written may be its own."""
@@ -179,15 +270,21 @@ def after_commit(hook, *items):
         collected.setdefault(hook, []).extend(items)
 
 
-def _collecting(operation, args):
+def _collecting(operation, args, into=None):
+    """operation(*args), with what it asks to be told after the commit registered once it has returned: each hook
+    once with all its items; or, `into` a dict, added there for the caller to register (Group)."""
     collected = {}
     token = _collected.set(collected)
     try:
         result = operation(*args)
     finally:
         _collected.reset(token)
-    for hook, items in collected.items():
-        transaction.on_commit(_safely(hook, items))
+    if into is None:
+        for hook, items in collected.items():
+            transaction.on_commit(_safely(hook, items))
+    else:
+        for hook, items in collected.items():
+            into.setdefault(hook, []).extend(items)
     return result
 
 

@@ -31,7 +31,7 @@ from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from floor import telemetry  # noqa: E402
 from floor.conf import resonate_settings  # noqa: E402
-from floor.transactions import database_troubled  # noqa: E402
+from floor.transactions import database_troubled, run_together  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
 from resonate_site.serving import ProtocolThreads, deadlines, watch_parent  # noqa: E402
@@ -107,13 +107,29 @@ async def protocol(scope, receive, send):
 
 def serve_protocol(item):
     close_old_connections()  # what Django does at each request: drop a connection past its age or broken
+    return respond_to(item)
+
+
+def serve_together(items):
+    """The requests open at once in the embedded mode, answered in one transaction (ProtocolThreads.gathered)."""
+    close_old_connections()  # once, before the transaction: within it, Django would take the connection for broken
+    return run_together([functools.partial(respond_to, item) for item in items])
+
+
+def respond_to(item):
     if len(item) == 2:
         return respond(*item)
     body, envelope, traceparent = item
     return telemetry.traced_respond(respond, body, traceparent, envelope)
 
 
-protocol_threads = ProtocolThreads(serve_protocol, THREADS, "resonate-protocol", troubled=database_troubled)
+protocol_threads = ProtocolThreads(
+    serve_protocol,
+    THREADS,
+    "resonate-protocol",
+    troubled=database_troubled,
+    together=serve_together if THREADS == 0 and connection.vendor == "sqlite" else None,
+)
 
 
 def host_allowed(scope):

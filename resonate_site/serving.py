@@ -214,8 +214,12 @@ class ProtocolThreads:
     - **Threads under load.** With another request open, the next goes to the threads: an item in by one queue,
       its result back by one call_soon_threadsafe (what run_in_executor does, less its layers: bench/HISTORY.md,
       2026-12-02, second session), so requests overlap their round trips to the database.
-    - **No threads** (count 0): every request on the loop's thread, one at a time. The embedded mode's SQLite
-      takes one writer at a time anyway (floor/sqlite3/base.py).
+    - **No threads** (count 0): every request on the loop's thread. The embedded mode's SQLite takes one writer at
+      a time anyway (floor/sqlite3/base.py), and a thread only added hand-offs. With `together`, requests that are
+      open at once are answered together (`gathered`): those read in one turn of the loop are collected, and
+      `together(items)` answers them in one transaction, one COMMIT for all (floor.transactions.run_together);
+      each is answered once it has committed (bench/HISTORY.md, "group commit"). A request alone runs inline as
+      above.
 
     The threads are daemons, as uvicorn's graceful shutdown waits for the requests in flight: a process
     that exits has none running. A process killed in the middle of one loses it as any killed process does
@@ -224,10 +228,12 @@ class ProtocolThreads:
 
     SLOW_S = 0.05  # an inline request that took longer: the next ones go to the threads for THREADS_FOR_S
     THREADS_FOR_S = 10.0
+    TOGETHER_MAX = 32  # requests answered together at most: the first of them waits for the last
 
-    def __init__(self, work, count, name, troubled=lambda: False):
+    def __init__(self, work, count, name, troubled=lambda: False, together=None):
         self.work, self.items, self.in_flight = work, queue.SimpleQueue(), 0  # in_flight: read and written on the loop
         self.threaded, self.troubled = count > 0, troubled
+        self.together, self.gathering = together, []  # gathering: [(item, future)], read and written on the loop
         self.threads_until = 0.0  # time.monotonic(): until then every request goes to the threads
         for index in range(count):
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True).start()
@@ -236,7 +242,7 @@ class ProtocolThreads:
         """Whether a request is best answered on the loop's thread now: always with no threads; otherwise with
         nothing on the threads and no trouble, when it is this process's only request open, or `quick`."""
         if not self.threaded:
-            return True
+            return self.together is None or (ProtocolRequests.open <= 1 and not self.gathering)
         return (
             self.in_flight == 0
             and (quick or ProtocolRequests.open <= 1)
@@ -248,6 +254,8 @@ class ProtocolThreads:
         """work(item)'s result, inline when inline_now(quick) and from one of the threads otherwise."""
         if self.inline_now(quick):
             return self.inline(item)
+        if not self.threaded:
+            return await self.gathered(item)
         return await self.run(item)
 
     def inline(self, item):
@@ -260,6 +268,30 @@ class ProtocolThreads:
             asyncio._set_running_loop(loop)
             if time.monotonic() - started > self.SLOW_S:  # a slow database: requests must overlap again
                 self.threads_until = time.monotonic() + self.THREADS_FOR_S
+
+    def gathered(self, item):
+        """An awaitable of item's result among the results of together(items), called for the items gathered by
+        the end of this turn of the loop."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self.gathering:
+            loop.call_soon(self._answer_gathered, loop)
+        self.gathering.append((item, future))
+        return future
+
+    def _answer_gathered(self, loop):
+        gathered, self.gathering = self.gathering[: self.TOGETHER_MAX], self.gathering[self.TOGETHER_MAX :]
+        if self.gathering:
+            loop.call_soon(self._answer_gathered, loop)
+        asyncio._set_running_loop(None)  # as inline: no running loop while the database is used
+        try:
+            outcomes = [(True, result) for result in self.together([item for item, _ in gathered])]
+        except Exception as error:
+            outcomes = [(False, error)] * len(gathered)
+        finally:
+            asyncio._set_running_loop(loop)
+        for (_, future), outcome in zip(gathered, outcomes, strict=True):
+            self._settle(future, *outcome, counted=False)
 
     def run(self, item):
         """An awaitable of work(item)'s result (or its exception), computed on one of the threads."""
@@ -280,8 +312,9 @@ class ProtocolThreads:
             with contextlib.suppress(RuntimeError):  # its loop has closed: nobody awaits the answer any more
                 loop.call_soon_threadsafe(self._settle, future, outcome, value)
 
-    def _settle(self, future, outcome, value):
-        self.in_flight -= 1
+    def _settle(self, future, outcome, value, counted=True):
+        if counted:
+            self.in_flight -= 1
         if future.done():  # the awaiting coroutine was cancelled meanwhile
             return
         if outcome:

@@ -3,6 +3,7 @@
 from floor.conf import resonate_settings
 from floor.counters import schedule_promises_fired
 from floor.protocol import later
+from floor.transactions import after_commit
 from promises.engine import create
 from schedules.cron import NEVER, expand, next_cron
 from schedules.models import Schedule
@@ -27,7 +28,8 @@ def catch_up(schedule, now):
         schedule.last_run_at = cron_time
         schedule.next_run_at = next_cron(schedule.cron, cron_time)
         fired += 1
-    schedule_promises_fired(fired)
+    if fired:
+        after_commit(schedule_promises_fired, fired)
 
 
 def on_schedule_timeout(schedule_id, now):

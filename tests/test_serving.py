@@ -344,3 +344,91 @@ def test_a_body_read_cancelled_by_its_deadline_and_by_the_server_at_once_stays_c
 
     asyncio.run(scenario())
     assert sent == []
+
+
+def answer_together(batches):
+    """A stand-in for serve_together, noting each batch it is handed in `batches`."""
+
+    def together(items):
+        batches.append(list(items))
+        return [(item, "together", asyncio._get_running_loop() is None) for item in items]
+
+    return together
+
+
+def test_without_threads_the_requests_open_at_once_are_answered_together_and_one_alone_inline(monkeypatch):
+    from resonate_site.serving import ProtocolRequests
+
+    batches = []
+    threads = ProtocolThreads(on_which_thread, 0, "test-protocol", together=answer_together(batches))
+
+    async def scenario():
+        alone = await threads.answer("alone")
+        monkeypatch.setattr(ProtocolRequests, "open", 3)  # read in one turn of the loop
+        gathered = await asyncio.gather(*(threads.answer(n) for n in range(3)))
+        quick = await asyncio.gather(threads.answer("get", quick=True), threads.answer("create"))
+        return alone, gathered, quick
+
+    alone, gathered, quick = asyncio.run(scenario())
+    assert alone == (threading.current_thread().name, False)  # inline, as before, with no running loop
+    assert gathered == [(n, "together", True) for n in range(3)]  # each its own result, with no running loop
+    assert quick == [("get", "together", True), ("create", "together", True)]  # a read joins a batch too
+    assert batches == [[0, 1, 2], ["get", "create"]]
+
+
+def test_a_batch_larger_than_the_most_answered_together_is_answered_in_several():
+    from resonate_site.serving import ProtocolRequests
+
+    batches = []
+    threads = ProtocolThreads(on_which_thread, 0, "test-protocol", together=answer_together(batches))
+    count = ProtocolThreads.TOGETHER_MAX * 2 + 1
+
+    async def scenario():
+        ProtocolRequests.open += count
+        try:
+            return await asyncio.gather(*(threads.answer(n) for n in range(count)))
+        finally:
+            ProtocolRequests.open -= count
+
+    results = asyncio.run(scenario())
+    assert [item for item, _, _ in results] == list(range(count))
+    assert [len(batch) for batch in batches] == [ProtocolThreads.TOGETHER_MAX] * 2 + [1]
+    assert not threads.gathering
+
+
+def test_when_answering_together_fails_each_request_of_the_batch_hears_it_and_the_next_batch_is_served(monkeypatch):
+    from resonate_site.serving import ProtocolRequests
+
+    def together(items):
+        if "bad" in items:
+            raise RuntimeError("the database went away")
+        return list(items)
+
+    threads = ProtocolThreads(on_which_thread, 0, "test-protocol", together=together)
+
+    async def scenario():
+        monkeypatch.setattr(ProtocolRequests, "open", 2)
+        failed = await asyncio.gather(threads.answer("bad"), threads.answer("fine"), return_exceptions=True)
+        return failed, await asyncio.gather(threads.answer(1), threads.answer(2))
+
+    failed, served = asyncio.run(scenario())
+    assert [str(error) for error in failed] == ["the database went away"] * 2
+    assert served == [1, 2]
+
+
+def test_a_gathered_request_cancelled_before_its_batch_ran_is_skipped_by_its_answer(monkeypatch):
+    from resonate_site.serving import ProtocolRequests
+
+    batches = []
+    threads = ProtocolThreads(on_which_thread, 0, "test-protocol", together=answer_together(batches))
+
+    async def scenario():
+        monkeypatch.setattr(ProtocolRequests, "open", 2)
+        gone = asyncio.ensure_future(threads.answer("gone"))
+        kept = asyncio.ensure_future(threads.answer("kept"))
+        await asyncio.sleep(0)  # both have joined the batch
+        gone.cancel()
+        return await kept, gone.cancelled()
+
+    assert asyncio.run(scenario()) == (("kept", "together", True), True)
+    assert batches == [["gone", "kept"]]  # its work was done: the client had gone, as with a thread

@@ -1,5 +1,6 @@
-"""Production mode for the concurrent histories: two server processes, a Celery worker and Beat, on a database of
-its own behind a PgProxy and on a Redis of its own, each part killable and restartable by the test."""
+"""The deployments the concurrent histories run on: production mode (two server processes, a Celery worker and Beat,
+on a database of its own behind a PgProxy and on a Redis of its own, each part killable and restartable by the test),
+and the embedded mode (`manage.py serve` on a SQLite database of its own)."""
 
 import os
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 import psycopg
 
-from tests.e2e.conftest import production_env
+from tests.e2e.conftest import embedded_env, production_env
 from tests.e2e.servers import ROOT, Process, free_port, runtime_python, wait_ready
 from tests.faults import OwnRedis, PgProxy
 
@@ -167,3 +168,33 @@ class Deployment:
         self.redis.stop()
         with psycopg.connect(self.admin_dsn, autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+
+class EmbeddedDeployment(Deployment):
+    """The embedded mode as `bin/serve` runs it: one `manage.py serve` on SQLite that sweeps and delivers in its own
+    process, where the requests open at once are committed together (floor.transactions.run_together). With
+    RESONATE_DEBUG=true for the histories' debug time, as Deployment."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.bug = None
+        self.env = {
+            **embedded_env(f"sqlite:///{self.directory / 'embedded.sqlite3'}", server_settings={}),
+            "RESONATE_AUTH_DISABLED": "true",
+            "RESONATE_DEBUG": "true",
+        }
+        self.ports, self.servers, self.starts = [free_port()], [None], 0
+
+    def start(self):
+        self.manage("migrate", "-v", "0")
+        self.servers[0] = self._serve(0)
+        wait_ready(self.urls[0], self.servers[0])
+
+    def manage(self, *args):
+        return subprocess.run(
+            [runtime_python(), "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300
+        )
+
+    def stop(self):
+        if self.servers[0] is not None:
+            self.servers[0].stop()
