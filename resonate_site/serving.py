@@ -8,7 +8,7 @@
 - Server processes (uvicorn workers) that exit when the process that started them is gone: a
   supervisor restarting `serve` after a SIGKILL must find the port free, not held by orphans.
 - Where POST / is answered (`ProtocolThreads`): on the event loop's thread when nothing else is in flight, on
-  the protocol's threads otherwise.
+  the protocol's threads otherwise (or, with none, together with the other requests open at once).
 """
 
 import asyncio
@@ -239,8 +239,9 @@ class ProtocolThreads:
             threading.Thread(target=self._serve, name=f"{name}_{index}", daemon=True).start()
 
     def inline_now(self, quick=False):
-        """Whether a request is best answered on the loop's thread now: always with no threads; otherwise with
-        nothing on the threads and no trouble, when it is this process's only request open, or `quick`."""
+        """Whether a request is best answered on the loop's thread now, by itself. With no threads: always, unless
+        requests are answered `together` and another is open or gathered. Otherwise: with nothing on the threads and
+        no trouble, when it is this process's only request open, or `quick`."""
         if not self.threaded:
             return self.together is None or (ProtocolRequests.open <= 1 and not self.gathering)
         return (
