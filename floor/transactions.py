@@ -220,10 +220,9 @@ def run_together(calls):
 
     For SQLite, which takes one writer at a time anyway, and where a transaction's BEGIN, COMMIT and Django's
     bookkeeping around them were a fifth of a create's time (resonate_site.serving.ProtocolThreads; bench/HISTORY.md,
-    "group commit"). Should the shared transaction fail to
-    begin or to commit, or break, every call runs again on its own, each in its own transaction, as if it had
-    come alone: a caller is only ever answered with what was committed. (What a call counts or logs on its way,
-    the request counters, it then counts twice.)"""
+    "group commit"). Should the shared transaction fail to begin or to commit, or break, every call runs again on
+    its own, each in its own transaction, as if it had come alone: a caller is only ever answered with what was
+    committed. (What a call counts or logs on its way, the request counters, it then counts twice.)"""
     if len(calls) == 1:
         return [calls[0]()]
     try:
