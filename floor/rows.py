@@ -382,10 +382,8 @@ def _dumps_text(value):
     """JSON text for a SQLite JSON column: orjson's, without the standard library's spaces (json.dumps was 5% of a
     create's time in the embedded mode), or the standard library's for what orjson refuses. Read back, both give
     the same value: nothing compares the stored text."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return json.dumps(value)
+    text = _dumps(value)
+    return text.decode() if type(text) is bytes else text
 
 
 def quote(name):

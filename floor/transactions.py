@@ -182,9 +182,8 @@ class Group:
     def in_savepoint(self, operation, args):
         """_collecting(operation, args) in a savepoint: undone if it raises."""
         self._send("SAVEPOINT")
-        collected = {}
         try:
-            result = _collecting(operation, args, into=collected)
+            result = _collecting(operation, args, into=self.collected)  # added only once it has returned
         except BaseException:
             self._send("ROLLBACK TO")
             self._send("RELEASE")
@@ -194,8 +193,6 @@ class Group:
             self.broken = True
             raise Broken(f"{operation.__name__} left its transaction marked for rollback")
         self._send("RELEASE")
-        for hook, items in collected.items():
-            self.collected.setdefault(hook, []).extend(items)
         return result
 
     def register_hooks(self):
