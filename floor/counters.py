@@ -80,8 +80,17 @@ def request_series(kind, status):
 
 
 def messages_claimed(messages):
+    if len(messages) == 1:  # most often: a create's execute, a settlement's one unblock
+        message_series(messages[0].kind).inc()
+        return
     for kind, count in Tally(message.kind for message in messages).items():
-        MESSAGES.labels(kind).inc(count)
+        message_series(kind).inc(count)
+
+
+@cache
+def message_series(kind):
+    """One kind's counter (execute, unblock): labels() and a Counter of kinds were 8% of a create's CPU."""
+    return MESSAGES.labels(kind)
 
 
 DELIVERY_STATUS = {"delivered": "success", "dropped": "dropped"}  # by outbox.models.DeliveryState
@@ -89,8 +98,16 @@ DELIVERY_STATUS = {"delivered": "success", "dropped": "dropped"}  # by outbox.mo
 
 def deliveries_recorded(states):
     """Count the attempts by the state they left their message in: still pending (a retry) or failed is an error."""
+    if len(states) == 1:
+        delivery_series(DELIVERY_STATUS.get(states[0], "error")).inc()
+        return
     for status, count in Tally(DELIVERY_STATUS.get(state, "error") for state in states).items():
-        DELIVERIES.labels(status).inc(count)
+        delivery_series(status).inc(count)
+
+
+@cache
+def delivery_series(status):
+    return DELIVERIES.labels(status)
 
 
 def schedule_promises_fired(counts):

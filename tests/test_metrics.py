@@ -147,6 +147,28 @@ def test_messages_and_delivery_outcomes_are_counted_when_delivery_runs(protocol,
     assert change(before, after, "resonate_deliveries_total", status="dropped") == 0
 
 
+@pytest.mark.django_db
+def test_claims_and_attempts_count_alone_and_by_the_batch(client):
+    """One message (a create's execute) and a batch of mixed kinds and outcomes add up the same way."""
+    from floor.counters import deliveries_recorded, messages_claimed
+    from outbox.models import DeliveryState
+
+    def claimed(kind):
+        return type("Claimed", (), {"kind": kind})()
+
+    before = scrape(client)
+    messages_claimed([claimed("execute")])
+    messages_claimed([claimed("unblock"), claimed("execute"), claimed("unblock")])
+    deliveries_recorded([DeliveryState.PENDING])
+    deliveries_recorded(["delivered", "dropped", "delivered", DeliveryState.PENDING])
+    after = scrape(client)
+    assert change(before, after, "resonate_messages_total", kind="execute") == 2
+    assert change(before, after, "resonate_messages_total", kind="unblock") == 2
+    assert change(before, after, "resonate_deliveries_total", status="success") == 2
+    assert change(before, after, "resonate_deliveries_total", status="dropped") == 1
+    assert change(before, after, "resonate_deliveries_total", status="error") == 2
+
+
 def test_schedule_promises_are_counted_once_the_sweep_commits(protocol, client, django_capture_on_commit_callbacks):
     every_minute = {"id": "s", "cron": "* * * * *", "promiseId": "s.{{.timestamp}}", "promiseTimeout": 60_000}
     protocol("schedule.create", every_minute, now=0)
