@@ -150,15 +150,14 @@ def test_messages_and_delivery_outcomes_are_counted_when_delivery_runs(protocol,
 @pytest.mark.django_db
 def test_claims_and_attempts_count_alone_and_by_the_batch(client):
     """One message (a create's execute) and a batch of mixed kinds and outcomes add up the same way."""
+    from types import SimpleNamespace
+
     from floor.counters import deliveries_recorded, messages_claimed
     from outbox.models import DeliveryState
 
-    def claimed(kind):
-        return type("Claimed", (), {"kind": kind})()
-
     before = scrape(client)
-    messages_claimed([claimed("execute")])
-    messages_claimed([claimed("unblock"), claimed("execute"), claimed("unblock")])
+    messages_claimed([SimpleNamespace(kind="execute")])
+    messages_claimed([SimpleNamespace(kind=kind) for kind in ("unblock", "execute", "unblock")])
     deliveries_recorded([DeliveryState.PENDING])
     deliveries_recorded(["delivered", "dropped", "delivered", DeliveryState.PENDING])
     after = scrape(client)
