@@ -4,7 +4,9 @@
   (`respond`: validate, run the handler in its transaction, encode) on the loop's thread when it is alone or
   quick, and on a fixed set of threads otherwise (resonate_site.serving.ProtocolThreads), with
   none of Django's request machinery around it: no URL resolver, middleware or request and response
-  objects. Django stays the schema, the console, /api/, the commands and the settings.
+  objects. Django stays the schema, the console, /api/, the commands and the settings. Served by
+  `manage.py serve`, a small body does not even go through ASGI: the HTTP protocol hands it whole to
+  `answer_directly` (`application.direct`, resonate_site/serving.py); `protocol` answers the rest the same way.
 - GET /health answers on the event loop: it never waits behind protocol requests.
 - GET /poll/… streams run on Django's async handler.
 - Everything else (the console, /api/, /metrics, /ready) goes to Django's WSGI handler on a thread pool
@@ -18,7 +20,9 @@ trickles its body holds a coroutine, never a thread.
 
 import asyncio
 import functools
+import logging
 import os
+import types
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_site.settings")
 
@@ -34,8 +38,9 @@ from floor.conf import resonate_settings  # noqa: E402
 from floor.transactions import database_troubled, run_together  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
-from resonate_site.serving import ProtocolThreads, deadlines, watch_parent  # noqa: E402
+from resonate_site.serving import NOSNIFF, ProtocolThreads, deadlines, watch_parent  # noqa: E402
 
+log = logging.getLogger(__name__)
 STREAM_PREFIXES = ("/poll/",)
 JSON = b"application/json"
 
@@ -90,6 +95,31 @@ async def lifespan(receive, send):
             return
 
 
+def answer_directly(scope, body, reply):
+    """POST / with its whole body, from serving.GuardedHttpProtocol: reply(status, body, close=False) is called once,
+    on the event loop's thread, now or when the protocol's threads have answered. What `protocol` does, without
+    ASGI's task, receive and send."""
+    if not host_allowed(scope):
+        reply(*refused(400, "Invalid Host header"), close=True)
+        return
+    envelope = decoded(body)
+    item = (body, envelope)
+    if protocol_threads.inline_now(quick(envelope)):
+        reply(*protocol_threads.inline(item))  # what raises here is answered 500 by the caller
+        return
+    protocol_threads.elsewhere(item).add_done_callback(functools.partial(reply_when_answered, reply))
+
+
+def reply_when_answered(reply, answered):
+    if answered.cancelled():
+        return
+    if answered.exception() is not None:
+        log.error("POST / failed", exc_info=answered.exception())
+        reply(*refused(500, "Internal server error"))
+    else:
+        reply(*answered.result())
+
+
 async def protocol(scope, receive, send):
     if not host_allowed(scope):
         await answer(send, *refused(400, "Invalid Host header"), JSON, close=True)
@@ -130,6 +160,10 @@ protocol_threads = ProtocolThreads(
     troubled=database_troubled,
     together=serve_together if THREADS == 0 and connection.vendor == "sqlite" else None,
 )
+
+
+if telemetry.tracer is None:  # a traced request takes the ASGI path (protocol), which passes its trace context on
+    application.direct = types.SimpleNamespace(answer=answer_directly, refused=refused)
 
 
 def host_allowed(scope):
@@ -207,7 +241,7 @@ async def answer(send, status, body, content_type, close=False):
     headers = [
         (b"content-type", content_type),
         (b"content-length", str(len(body)).encode()),
-        (b"x-content-type-options", b"nosniff"),  # as Django's SecurityMiddleware sends
+        NOSNIFF,
     ]
     if close:  # a client that sent too much, too slowly or to the wrong host is not kept
         headers.append((b"connection", b"close"))

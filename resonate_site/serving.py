@@ -9,6 +9,9 @@
   supervisor restarting `serve` after a SIGKILL must find the port free, not held by orphans.
 - Where POST / is answered (`ProtocolThreads`): on the event loop's thread when nothing else is in flight, on
   the protocol's threads otherwise (or, with none, together with the other requests open at once).
+- POST / answered directly (`GuardedHttpProtocol._start_direct`): a small body with its length declared goes to the
+  application's `direct.answer` once it is in, with no ASGI task, receive or send, and its reply is written in
+  one piece.
 """
 
 import asyncio
@@ -21,7 +24,8 @@ import threading
 import time
 import weakref
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from floor.conf import resonate_settings
@@ -33,6 +37,8 @@ PARENT = "RESONATE_SERVE_PARENT"  # set by serve for the worker processes it sta
 # The scope extension holding a callable that says whether the request's connection is closing (the client sent
 # FIN or was reset). A stream asks it before each write: the message is then kept for the outbox, not dropped.
 CLOSING = "resonate.closing"
+# On every answer of the protocol, as Django's SecurityMiddleware sends.
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 class Deadlines:
@@ -96,8 +102,98 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle, app):
         if cycle.scope["path"] == "/" and cycle.scope["method"] == "POST":
+            direct = _direct_of(app)
+            if direct is not None and self._direct_allowed(cycle):
+                self._start_direct(cycle, direct)
+                return
             app = ProtocolRequests.counted(app)
         super()._start_asgi_task(cycle, app)
+
+    # POST / answered directly. An ASGI request costs a task, a receive and two sends, each a coroutine, and an Event
+    # for the body: more CPU than promise.get's own handler (bench/HISTORY.md, 2026-12-05, "POST / direct"). A body
+    # small enough to be held whole without pausing the reads (HIGH_WATER_LIMIT), with its length declared and no
+    # 100-continue awaited, is instead collected by uvicorn's own on_body; once it is complete, the application's
+    # `direct.answer(scope, body, reply)` answers it and reply() writes the answer, head and body, in one write.
+    # Anything else (chunked, large, 100-continue, an access log to write, a client not reading its answers) takes
+    # the ASGI path, which handles them. The request counts as open (ProtocolRequests) from its headers to its answer
+    # or its client's leaving, as on the ASGI path.
+
+    def _direct_allowed(self, cycle):
+        length = _header(cycle.scope["headers"], b"content-length")
+        return (
+            length is not None
+            and length.isdigit()
+            and int(length) <= DIRECT_BODY_BYTES
+            and int(length) <= resonate_settings.MAX_BODY_BYTES
+            and _header(cycle.scope["headers"], b"transfer-encoding") is None
+            and not cycle.waiting_for_100_continue
+            and not cycle.access_log
+            and not self.flow.write_paused
+        )
+
+    def _start_direct(self, cycle, direct):
+        ProtocolRequests.open += 1
+        cycle.direct, cycle.direct_open = direct, True
+        if cycle.more_body:  # the usual case: the body is still to come (on_message_complete)
+            self.deadlines.start(cycle, resonate_settings.READ_TIMEOUT_MS / 1000, lambda: self._body_too_slow(cycle))
+        else:  # a pipelined request, read whole while the one before it was answered
+            self.loop.call_soon(self._answer_direct, cycle)
+
+    def on_message_complete(self):
+        cycle = self.cycle
+        if getattr(cycle, "direct_open", False) and cycle.more_body and not cycle.response_complete:
+            cycle.more_body = False
+            self.deadlines.stop(cycle)
+            # On the next turn of the loop, as a task would start: the requests read in this turn all count first.
+            self.loop.call_soon(self._answer_direct, cycle)
+            return
+        super().on_message_complete()
+
+    def _answer_direct(self, cycle):
+        if cycle.disconnected:  # its client left before it could be answered
+            self._direct_done(cycle)
+            return
+        try:
+            cycle.direct.answer(
+                cycle.scope,
+                bytes(cycle.body),
+                lambda status, body, close=False: self._reply_direct(cycle, status, body, close),
+            )
+        except Exception:  # the protocol's respond() never raises; what surrounds it (a connection's close) may
+            log.exception("POST / failed")
+            self._reply_direct(cycle, *cycle.direct.refused(500, "Internal server error"), True)
+
+    def _body_too_slow(self, cycle):
+        seconds = resonate_settings.READ_TIMEOUT_MS / 1000
+        self._reply_direct(cycle, *cycle.direct.refused(408, f"Request body not received within {seconds:g} s"), True)
+
+    def _reply_direct(self, cycle, status, body, close=False):
+        """The answer to a direct request, head and body in one write; on the event loop's thread. Once only."""
+        if not cycle.direct_open:
+            return
+        self._direct_done(cycle)
+        cycle.response_started = cycle.response_complete = True
+        if cycle.disconnected or self.transport.is_closing():
+            return
+        if close:  # a client that sent too slowly or to the wrong host is not kept
+            cycle.keep_alive = False
+        head = [STATUS_LINE[status]]
+        for name, value in (*cycle.default_headers, *DIRECT_HEADERS):
+            head += (name, b": ", value, b"\r\n")
+        head += (b"content-length: ", str(len(body)).encode(), b"\r\n")
+        if not cycle.keep_alive:
+            head.append(b"connection: close\r\n")
+        head += (b"\r\n", body)
+        self.transport.write(b"".join(head))
+        if not cycle.keep_alive:
+            self.transport.close()
+        cycle.on_response()
+
+    def _direct_done(self, cycle):
+        if cycle.direct_open:
+            cycle.direct_open = False
+            ProtocolRequests.open -= 1
+            self.deadlines.stop(cycle)
 
     def connection_made(self, transport):
         super().connection_made(transport)
@@ -116,6 +212,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc):
         self._headers_arrived()
+        cycle = self.cycle
+        if getattr(cycle, "direct_open", False) and cycle.more_body:  # its body will never come: no answer either
+            self._direct_done(cycle)
         super().connection_lost(exc)
 
     def shutdown(self):
@@ -150,6 +249,28 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def _too_slow(self):
         if not self.transport.is_closing():
             self.transport.close()
+
+
+DIRECT_BODY_BYTES = HIGH_WATER_LIMIT  # larger bodies pause the reads (uvicorn's on_body) until receive() resumes them
+DIRECT_HEADERS = ((b"content-type", b"application/json"), NOSNIFF)
+
+
+def _direct_of(app):
+    """The application's `direct` (answer(scope, body, reply) and refused(status, message)), looked for through the
+    middleware uvicorn wraps it in (`.app`); None when it offers none."""
+    for _ in range(4):
+        direct = getattr(app, "direct", None)
+        if direct is not None or not hasattr(app, "app"):
+            return direct
+        app = app.app
+    return None
+
+
+def _header(headers, name):
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
 
 
 class ProtocolRequests:
@@ -255,9 +376,12 @@ class ProtocolThreads:
         """work(item)'s result, inline when inline_now(quick) and from one of the threads otherwise."""
         if self.inline_now(quick):
             return self.inline(item)
-        if not self.threaded:
-            return await self.gathered(item)
-        return await self.run(item)
+        return await self.elsewhere(item)
+
+    def elsewhere(self, item):
+        """An awaitable of work(item)'s result, not computed inline: from one of the threads, or, with none,
+        together with the other requests open at once."""
+        return self.run(item) if self.threaded else self.gathered(item)
 
     def inline(self, item):
         """work(item) on the loop's thread, as a protocol thread would run it: with no running loop."""

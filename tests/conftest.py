@@ -198,8 +198,17 @@ def guarded_uvicorn(app):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+
+    class WithoutAccessLog(GuardedHttpProtocol):
+        """As serve runs it (access_log=False), which answers POST / directly. Here uvicorn would find an access log:
+        pytest attaches its log capture to every logger that does not propagate, uvicorn.access among them."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.access_log = False
+
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=GuardedHttpProtocol, log_level="error", lifespan="off"
+        app, host="127.0.0.1", port=port, http=WithoutAccessLog, log_level="error", lifespan="off", access_log=False
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
