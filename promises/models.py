@@ -41,6 +41,24 @@ class PromiseQuerySet(models.QuerySet):
         name = models.Func(models.F("param"), function=FUNCTION_SQL, output_field=models.TextField())
         return self.alias(function_name=name).filter(function_name=function)
 
+    def with_projected_state(self, state, now):
+        """Promises whose projected state at `now` is `state` (search filters on what readers see)."""
+        live = Q(state=PromiseState.PENDING, timeout_at__gt=now)
+        expired = Q(state=PromiseState.PENDING, timeout_at__lte=now)
+        if state == PromiseState.PENDING:
+            return self.filter(live)
+        if state == PromiseState.RESOLVED:
+            return self.filter(Q(state=state) | (expired & Q(timer=True)))
+        if state == PromiseState.REJECTED_TIMEDOUT:
+            return self.filter(Q(state=state) | (expired & Q(timer=False)))
+        return self.filter(state=state)
+
+
+class PromiseRows:
+    """The protocol's reads and locks of promise rows by id (floor/rows.py), on the manager itself: a QuerySet's
+    method called on the manager first builds a QuerySet (Manager.from_queryset), 1.4 µs of CPU a call here, which
+    these methods never use."""
+
     def find(self, promise_id):
         """The promise with this id, or None."""
         return rows.fetch(self.model, promise_id)
@@ -68,17 +86,9 @@ class PromiseQuerySet(models.QuerySet):
         """
         return {p.id: p for p in rows.fetch_all(self.model, ids, lock=True, descending=True)}
 
-    def with_projected_state(self, state, now):
-        """Promises whose projected state at `now` is `state` (search filters on what readers see)."""
-        live = Q(state=PromiseState.PENDING, timeout_at__gt=now)
-        expired = Q(state=PromiseState.PENDING, timeout_at__lte=now)
-        if state == PromiseState.PENDING:
-            return self.filter(live)
-        if state == PromiseState.RESOLVED:
-            return self.filter(Q(state=state) | (expired & Q(timer=True)))
-        if state == PromiseState.REJECTED_TIMEDOUT:
-            return self.filter(Q(state=state) | (expired & Q(timer=False)))
-        return self.filter(state=state)
+
+class PromiseManager(PromiseRows, models.Manager.from_queryset(PromiseQuerySet)):
+    pass
 
 
 class PostgresGinIndex(GinIndex):
@@ -122,7 +132,7 @@ class Promise(models.Model):
     timer = models.BooleanField(default=False)
     branch = models.TextField(null=True, blank=True)
 
-    objects = PromiseQuerySet.as_manager()
+    objects = PromiseManager()
 
     class Meta:
         indexes = [

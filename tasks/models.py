@@ -24,6 +24,17 @@ class TimeoutKind(models.IntegerChoices):
 
 
 class TaskQuerySet(models.QuerySet):
+    def with_projected_state(self, state, now):
+        """Tasks whose projected state at `now` (see Task.projected) is `state`."""
+        live = Q(promise__state=PromiseState.PENDING, promise__timeout_at__gt=now)
+        if state == TaskState.FULFILLED:
+            return self.filter(Q(state=state) | ~live)
+        return self.filter(live, state=state)
+
+
+class TaskRows:
+    """The protocol's reads and locks of task rows by id, on the manager itself (as promises.models.PromiseRows)."""
+
     def find(self, task_id):
         """The task with this id, or None."""
         return rows.fetch(self.model, task_id)
@@ -119,12 +130,9 @@ class TaskQuerySet(models.QuerySet):
             + [TimeoutKind.LEASE, I64_MAX, now, I64_MAX, now, pid, TaskState.ACQUIRED],
         )
 
-    def with_projected_state(self, state, now):
-        """Tasks whose projected state at `now` (see Task.projected) is `state`."""
-        live = Q(promise__state=PromiseState.PENDING, promise__timeout_at__gt=now)
-        if state == TaskState.FULFILLED:
-            return self.filter(Q(state=state) | ~live)
-        return self.filter(live, state=state)
+
+class TaskManager(TaskRows, models.Manager.from_queryset(TaskQuerySet)):
+    pass
 
 
 MUTABLE_FIELDS = ("state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")
@@ -144,7 +152,7 @@ class Task(models.Model):
     timeout_kind = models.SmallIntegerField(choices=TimeoutKind.choices, null=True, blank=True)
     timeout_at = models.BigIntegerField(null=True, blank=True)
 
-    objects = TaskQuerySet.as_manager()
+    objects = TaskManager()
 
     class Meta:
         indexes = [
