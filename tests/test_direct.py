@@ -4,6 +4,7 @@ takes the ASGI path. Driven over real sockets against uvicorn with the server's 
 `answer_directly` (resonate_site/asgi.py) is checked against the ASGI path's answers at the end."""
 
 import asyncio
+import json
 import logging
 import socket
 import time
@@ -11,9 +12,13 @@ import types
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from resonate_site.protocol.dispatch import OPERATIONS
 from resonate_site.serving import DIRECT_BODY_BYTES, ProtocolRequests
 from tests.conftest import guarded_uvicorn
+from tests.test_fuzz import one_of_weighted
 
 
 class App:
@@ -353,3 +358,41 @@ def test_the_servers_direct_answers_are_its_asgi_answers(open_besides):
     refused = direct_answer(application, BODIES[0], host=b"evil.example")
     assert refused == asgi_answer(application, BODIES[0], host=b"evil.example")
     assert refused[0] == 400 and refused[2] is True
+
+
+READS = ["promise.get", "task.get", "schedule.get", "promise.search", "task.search", "schedule.search"]
+
+
+def read_envelopes():
+    """Envelopes of the read operations (nothing they do is written): mostly well formed, with data that may not be,
+    and now and then any head, kind or shape."""
+    from tests.test_fuzz import JSON, TEXT
+
+    good_head = st.fixed_dictionaries({"corrId": TEXT, "version": st.just("2026-04-01")})
+    head = one_of_weighted((4, good_head), (1, JSON))
+    kind = one_of_weighted((6, st.sampled_from(READS)), (1, TEXT.filter(lambda kind: kind not in OPERATIONS)))
+    data = one_of_weighted(
+        (4, st.fixed_dictionaries({"id": one_of_weighted((4, st.sampled_from(["a", "b"])), (1, TEXT))})),
+        (2, st.fixed_dictionaries({}, optional={"id": TEXT | JSON, "limit": JSON, "tags": JSON, "state": JSON})),
+        (1, JSON),
+    )
+    return one_of_weighted(
+        (8, st.fixed_dictionaries({"kind": kind, "head": head, "data": data})),
+        (1, st.fixed_dictionaries({}, optional={"kind": kind | JSON, "head": head, "data": data})),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    body=st.one_of(
+        st.binary(max_size=64),
+        st.builds(lambda value: json.dumps(value).encode(), read_envelopes()),
+        st.builds(lambda value: json.dumps(value).encode(), st.from_regex(r"\A[ -~]{0,20}\Z") | st.integers()),
+    ),
+    open_besides=st.sampled_from([0, 3]),
+)
+def test_any_body_gets_the_same_answer_directly_as_through_asgi(body, open_besides):
+    from resonate_site.asgi import application
+
+    assert direct_answer(application, body, open_besides=open_besides) == asgi_answer(application, body)
