@@ -110,7 +110,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super()._start_asgi_task(cycle, app)
 
     # POST / answered directly. An ASGI request costs a task, a receive and two sends, each a coroutine, and an Event
-    # for the body: more CPU than promise.get's own handler (bench/HISTORY.md, 2026-12-05, "POST / direct"). A body
+    # for the body: more CPU than promise.get's own handler (bench/HISTORY.md, 2026-12-06, "POST / direct"). A body
     # small enough to be held whole without pausing the reads (HIGH_WATER_LIMIT), with its length declared and no
     # 100-continue awaited, is instead collected by uvicorn's own on_body; once it is complete, the application's
     # `direct.answer(scope, body, reply)` answers it and reply() writes the answer, head and body, in one write.
@@ -123,8 +123,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         return (
             length is not None
             and length.isdigit()
-            and int(length) <= DIRECT_BODY_BYTES
-            and int(length) <= resonate_settings.MAX_BODY_BYTES
+            and len(length) <= 9  # what int() of it costs stays small, whatever the client sends
+            and int(length) <= min(DIRECT_BODY_BYTES, resonate_settings.MAX_BODY_BYTES)
             and _header(cycle.scope["headers"], b"transfer-encoding") is None
             and not cycle.waiting_for_100_continue
             and not cycle.access_log

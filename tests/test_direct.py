@@ -167,8 +167,9 @@ def test_a_body_that_arrives_in_pieces_is_answered_once_it_is_whole(served):
         b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n{}",
         request(b"x" * (DIRECT_BODY_BYTES + 1)),
         b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",  # no length declared: no body
+        b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 00000000000000000002\r\n\r\n{}",
     ],
-    ids=["chunked", "100-continue", "larger than the direct limit", "no content-length"],
+    ids=["chunked", "100-continue", "larger than the direct limit", "no content-length", "a length of 20 digits"],
 )
 def test_what_the_direct_path_does_not_take_is_answered_on_the_asgi_path(served, raw):
     app, port = served
