@@ -38,7 +38,7 @@ from floor.conf import resonate_settings  # noqa: E402
 from floor.transactions import database_troubled, run_together  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
-from resonate_site.serving import NOSNIFF, ProtocolThreads, deadlines, watch_parent  # noqa: E402
+from resonate_site.serving import NOSNIFF, ProtocolThreads, deadlines, header, watch_parent  # noqa: E402
 
 log = logging.getLogger(__name__)
 STREAM_PREFIXES = ("/poll/",)
@@ -111,10 +111,9 @@ def answer_directly(scope, body, reply):
 
 
 def reply_when_answered(reply, answered):
-    if answered.cancelled():
-        return
-    if answered.exception() is not None:
-        log.error("POST / failed", exc_info=answered.exception())
+    """Every request is answered, so that its connection and its count as open (serving.ProtocolRequests) end."""
+    if answered.cancelled() or answered.exception() is not None:
+        log.error("POST / failed", exc_info=None if answered.cancelled() else answered.exception())
         reply(*refused(500, "Internal server error"))
     else:
         reply(*answered.result())
@@ -174,13 +173,6 @@ def host_allowed(scope):
 def allowed_host(host):
     domain, _ = split_domain_port(host.decode("latin-1")) if host else ("", "")
     return bool(domain) and validate_host(domain, ALLOWED_HOSTS)
-
-
-def header(scope, name):
-    for key, value in scope["headers"]:
-        if key == name:
-            return value
-    return None
 
 
 async def read_body(scope, receive, send):

@@ -119,13 +119,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     # open (ProtocolRequests) from its headers to its answer or its client's leaving, as on the ASGI path.
 
     def _direct_allowed(self, cycle):
-        length = _header(cycle.scope["headers"], b"content-length")
+        length = header(cycle.scope, b"content-length")
         return (
             length is not None
             and length.isdigit()
             and len(length) <= 9  # what int() of it costs stays small, whatever the client sends
             and int(length) <= min(DIRECT_BODY_BYTES, resonate_settings.MAX_BODY_BYTES)
-            and _header(cycle.scope["headers"], b"transfer-encoding") is None
+            and header(cycle.scope, b"transfer-encoding") is None
             and not cycle.waiting_for_100_continue
             and not cycle.access_log
             and not self.flow.write_paused
@@ -266,8 +266,9 @@ def _direct_of(app):
     return None
 
 
-def _header(headers, name):
-    for key, value in headers:
+def header(scope, name):
+    """The value of a request's header (its name in lower case, as uvicorn gives them), or None."""
+    for key, value in scope["headers"]:
         if key == name:
             return value
     return None
