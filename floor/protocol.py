@@ -1,5 +1,6 @@
 """Vocabulary shared by every handler: replies, reserved tags, time arithmetic and the id column."""
 
+import functools
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -97,6 +98,7 @@ def poll_parts(address):
     return (cast if at else ""), group, url.path.lstrip("/") or None
 
 
+@functools.lru_cache(maxsize=1024)  # a create's address is parsed four times on its way (its claim, its delivery)
 def parse_poll_address(address):
     """poll://uni|any@group[/id] → (cast, group, id or None); None if it is not a poll address."""
     parts = poll_parts(address)

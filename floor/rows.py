@@ -308,8 +308,8 @@ def _preparer(model, attname, vendor):
     slow = field.get_db_prep_save
     if kind in ("CharField", "TextField") and type(own).get_prep_value in _TEXT_PREP:
 
-        def text(value, connection):
-            return value if type(value) is str or value is None else slow(value, connection)
+        def text(value, connection):  # a str subclass (a TextChoices member) too: to_python returns it as it is
+            return value if value is None or isinstance(value, str) else slow(value, connection)
 
         text.passes = frozenset({str, type(None)})
         return text
@@ -328,13 +328,18 @@ def _preparer(model, attname, vendor):
         def integer(value, connection):
             if value is None:
                 return None
-            return wrapped(value) if type(value) is int else slow(value, connection)
+            if type(value) is int:
+                return wrapped(value)
+            # an int subclass (an IntegerChoices member, a bool): get_prep_value's int() of it
+            return wrapped(int(value)) if isinstance(value, int) else slow(value, connection)
 
         return integer
     if vendor == "sqlite" and kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
 
         def integer_sqlite(value, connection):  # adapt_integerfield_value passes it as it is here
-            return value if type(value) is int or value is None else slow(value, connection)
+            if type(value) is int or value is None:
+                return value
+            return int(value) if isinstance(value, int) else slow(value, connection)  # as get_prep_value's int()
 
         integer_sqlite.passes = frozenset({int, type(None)})
         return integer_sqlite

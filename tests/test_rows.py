@@ -12,6 +12,14 @@ from hypothesis import strategies as st
 from floor import rows
 
 PROTOCOL_APPS = ("promises", "tasks", "outbox", "schedules")
+# The members of the protocol's choices (str and int subclasses), which the hot paths store as they are.
+CHOICES = [
+    member
+    for app in PROTOCOL_APPS
+    for choices in vars(apps.get_app_config(app).models_module).values()
+    if isinstance(choices, type) and issubclass(choices, models.Choices) and choices.__module__.startswith(app)
+    for member in choices
+]
 FIELDS = [
     field
     for app in PROTOCOL_APPS
@@ -37,7 +45,8 @@ def values_for(field):
         typical = st.integers(min_value=-(2**63), max_value=2**63 - 1)
     else:
         typical = st.text()
-    return typical | st.none() | st.integers(min_value=0, max_value=9) | st.booleans() | st.text(max_size=3)
+    others = st.none() | st.integers(min_value=0, max_value=9) | st.booleans() | st.text(max_size=3)
+    return typical | others | st.sampled_from(CHOICES)
 
 
 def comparable(param, field):
@@ -58,6 +67,7 @@ def comparable(param, field):
 @given(st.data())
 def test_prepare_gives_what_get_db_prep_save_gives_for_every_field_of_the_protocols_models(data):
     assert len(FIELDS) > 30
+    assert {type(member).__name__ for member in CHOICES} >= {"PromiseState", "TaskState", "TimeoutKind"}
     for field in FIELDS:
         value = data.draw(values_for(field), label=f"{field.model.__name__}.{field.name}")
         try:
