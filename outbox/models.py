@@ -95,9 +95,11 @@ class Message(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["key"], name="message_key")]
         indexes = [
+            # In the order attempts take them (next_attempt_at, then id: outbox.delivery), so that a batch reads no more
+            # than itself however many messages are due at the same instant.
             models.Index(
-                fields=["next_attempt_at"],
-                name="message_undelivered",
+                fields=["next_attempt_at", "id"],
+                name="message_attempts",
                 condition=Q(state=DeliveryState.PENDING),
             ),
         ]

@@ -156,9 +156,11 @@ class Task(models.Model):
 
     class Meta:
         indexes = [
+            # In the sweep's order (timeouts.due: deadline, then id), so that a batch reads no more than itself however
+            # many tasks share a deadline; and the earliest deadline of each kind is its first entry (next_due).
             models.Index(
-                fields=["timeout_kind", "timeout_at"],
-                name="task_timeout_due",
+                fields=["timeout_kind", "timeout_at", "promise"],
+                name="task_timeouts",
                 condition=Q(timeout_kind__isnull=False),
             ),
             models.Index(fields=["pid"], name="task_pid", condition=Q(pid__isnull=False)),
