@@ -21,9 +21,16 @@ from tests.chaos.proxy import Proxy
 from tests.e2e.servers import ROOT, free_port
 
 
-def wait_for_port(port, timeout=10, up=True):
+class Exited(RuntimeError):
+    """The process that was to listen on a port exited first: most often its port, which free_port only guessed was
+    free, was taken meanwhile (an outgoing connection of another test on the machine got it as its own port)."""
+
+
+def wait_for_port(port, timeout=10, up=True, process=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise Exited(f"the process for port {port} exited with {process.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             if up:
@@ -81,16 +88,23 @@ class PgProxy:
     """tests/chaos/proxy.py as a process in front of the machine's PostgreSQL; call it with a command."""
 
     def __init__(self, directory, upstream="127.0.0.1:5432"):
-        self.port, self.control_port = free_port(), free_port()
-        self.log = open(Path(directory) / f"pgproxy-{self.port}.log", "w")  # noqa: SIM115 (closed in stop)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.proxy", str(self.port), upstream, str(self.control_port)],
-            cwd=ROOT,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        wait_for_port(self.control_port)
+        for attempt in range(5):  # on other ports when one was taken before the proxy could bind it (Exited)
+            self.port, self.control_port = free_port(), free_port()
+            self.log = open(Path(directory) / f"pgproxy-{self.port}.log", "w")  # noqa: SIM115 (closed in stop)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.proxy", str(self.port), upstream, str(self.control_port)],
+                cwd=ROOT,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            try:
+                wait_for_port(self.control_port, process=self.process)
+                break
+            except Exited:
+                self.log.close()
+                if attempt == 4:
+                    raise
         self.control = Proxy(self.control_port)
 
     def __call__(self, command):
