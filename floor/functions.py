@@ -165,12 +165,12 @@ def _describe(pgconn, sql, params):
     int in `%s - %s`), and left for PostgreSQL to infer otherwise. A parameter it infers as a smaller integer is then
     declared bigint, as psycopg binds an int of any size, and the statement described again with it so: what it
     returns is then of the types the function's body gives it."""
-    numbered, _ = _numbered(sql, 0)
+    text, _ = numbered(sql, 0)
     hints = [_hint(value) for value in params]
-    parameters, columns = _described(pgconn, numbered, hints)
+    parameters, columns = _described(pgconn, text, hints)
     widened = [_INT8 if oid in (_INT2, _INT4) else oid for oid in parameters]
     if widened != parameters:
-        parameters, columns = _described(pgconn, numbered, widened)
+        parameters, columns = _described(pgconn, text, widened)
     return parameters, columns
 
 
@@ -207,7 +207,7 @@ def _hint(value):
     return _JSONB if isinstance(value, Jsonb) else 0
 
 
-def _numbered(sql, offset):
+def numbered(sql, offset):
     """The statement with $n for its %s placeholders, counted from offset + 1, and % for %%: (text, count)."""
     count = 0
 
@@ -234,10 +234,10 @@ def _definition(sqls, described, side):
     arguments = [names.pop(0) for _ in range(sum(len(parameters) for parameters, _ in described))]
     outputs, body, places, offset, rows = ["r_part integer"], [], [], 0, []
     for part, (sql, (parameters, columns)) in enumerate(zip(sqls, described, strict=True)):
-        numbered, count = _numbered(sql, offset)
+        numbered_sql, count = numbered(sql, offset)
         assert count == len(parameters), (sql, parameters)
         offset += count
-        body.append(f"{numbered};")
+        body.append(f"{numbered_sql};")
         if columns is None:
             places.append(None)
             continue
@@ -251,9 +251,9 @@ def _definition(sqls, described, side):
             taken.add(free[0])
             at.append(free[0])
         places.append(at)
-        rows.append((part, numbered, at))
-    for part, numbered, at in rows:
-        if numbered.startswith("SELECT "):  # a query of its own: its rows go straight to the result
+        rows.append((part, numbered_sql, at))
+    for part, numbered_sql, at in rows:
+        if numbered_sql.startswith("SELECT "):  # a query of its own: its rows go straight to the result
             aliases = [f"c{n}" for n in range(len(at))]
             picked = [
                 aliases[at.index(n)] if n in at else f"NULL::{output.split(' ', 1)[1]}"
@@ -261,11 +261,11 @@ def _definition(sqls, described, side):
                 if n
             ]
             body[part] = (
-                f"RETURN QUERY SELECT {part}, {', '.join(picked)} FROM ({numbered}) AS r_s({', '.join(aliases)});"
+                f"RETURN QUERY SELECT {part}, {', '.join(picked)} FROM ({numbered_sql}) AS r_s({', '.join(aliases)});"
             )
         else:  # a write … RETURNING, or a WITH of writes, which cannot be a subquery: row by row
             variables = ", ".join(outputs[n].split(" ", 1)[0] for n in at)
-            body[part] = f"r_part := {part}; FOR {variables} IN {numbered} LOOP RETURN NEXT; END LOOP;"
+            body[part] = f"r_part := {part}; FOR {variables} IN {numbered_sql} LOOP RETURN NEXT; END LOOP;"
     returns = f"TABLE ({', '.join(outputs)})" if len(outputs) > 1 else "void"
     text = (
         f"({', '.join(arguments)}) RETURNS {returns} LANGUAGE plpgsql AS $r$\n"

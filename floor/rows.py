@@ -22,7 +22,7 @@ from django.db import IntegrityError, connections, models
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from floor import functions
+from floor import functions, telemetry
 
 DEFAULT = "default"
 
@@ -69,7 +69,7 @@ def cursor_of(connection, single=False):
         if opens_transaction(kept.raw):
             yield _Opening(kept.several, kept.raw)
         else:
-            yield _Single(kept.one, kept.several) if single else kept.several
+            yield _Single(kept) if single else kept.several
 
 
 def send_all(connection, parts, results=True):
@@ -121,15 +121,21 @@ def _results(cursor, count):
 
 
 class _Kept:
-    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class), and a
-    cursor binding server-side."""
+    """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class), a
+    cursor binding server-side, and the statements it has prepared by name (_Single)."""
 
-    __slots__ = ("raw", "several", "one")
+    __slots__ = ("raw", "several", "one", "pgconn", "transformer", "exchange", "prepared", "names")
 
     def __init__(self, raw):
         from psycopg import Cursor
+        from psycopg.adapt import Transformer
+        from psycopg.generators import execute
 
-        self.raw, self.several, self.one = raw, raw.cursor(), Cursor(raw)
+        self.raw, self.several, self.one, self.pgconn = raw, raw.cursor(), Cursor(raw), raw.pgconn
+        self.transformer = Transformer(raw)  # dumps parameters and loads rows as the cursors' own would
+        self.exchange = execute  # psycopg's: flush what was sent, then read every result (raw.wait runs it)
+        self.prepared = {}  # (SQL, its parameters' types): its name once prepared, else the times it has run
+        self.names = 0
 
 
 def _kept_on(connection):
@@ -234,22 +240,110 @@ def _send_held(connection, commit=False):
 
 IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
 TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK (PGRES_TUPLES_OK): a result with rows
+COMMAND_OK = 1  # psycopg.pq.ExecStatus.COMMAND_OK: a result without rows
+FATAL_ERROR = 7  # psycopg.pq.ExecStatus.FATAL_ERROR: the statement failed
 BOUND_MAX = 65535  # parameters the extended protocol carries with one statement
 
 
 class _Single:
-    """The kept cursors for one statement: bound server-side, unless it has more parameters than the protocol
-    carries (a heartbeat naming 70,000 tasks); then bound client-side, as a literal query."""
+    """One statement bound server-side, on the kept cursors of a connection.
 
-    def __init__(self, one, several):
-        self.one, self.several, self.chosen = one, several, one
+    A statement the connection has run `prepare_threshold` times (DATABASE_PREPARE_THRESHOLD, 5) is prepared by
+    name there, and from then on sent by libpq's PQsendQueryPrepared itself, its parameters dumped and its rows
+    loaded by the psycopg Transformer a cursor would use: what psycopg's cursor adds around the same call (its
+    query object, its prepared-statement bookkeeping, its result checks) cost 37-48 µs of CPU a statement here,
+    a tenth of a create (bench/HISTORY.md, 2026-12-06). Errors are psycopg's, as the cursor raises them.
+
+    psycopg's cursor runs the statement until then; always when the threshold is off (a pooler in transaction mode
+    loses named statements), while tracing (its spans come from psycopg's cursors), for a statement with more
+    parameters than the protocol carries (then bound client-side, as a literal query: a heartbeat naming 70,000
+    tasks), and beyond PREPARED_KEPT statements on one connection (IN lists of every length)."""
+
+    __slots__ = ("kept", "cursor", "found")
+
+    def __init__(self, kept):
+        self.kept, self.cursor, self.found = kept, None, None
 
     def execute(self, sql, params=()):
-        self.chosen = self.one if len(params) <= BOUND_MAX else self.several
-        self.chosen.execute(sql, params)
+        kept = self.kept
+        if len(params) > BOUND_MAX:
+            self.cursor = kept.several
+        else:
+            self.cursor = kept.one
+            threshold = kept.raw.prepare_threshold
+            if threshold is not None and telemetry.tracer is None:
+                transformer = kept.transformer
+                values = transformer.dump_sequence(params, _auto(len(params)))
+                key = (sql, transformer.types)
+                name = kept.prepared.get(key, 0)
+                if type(name) is not int:
+                    self.cursor, self.found = None, _run_prepared(kept, name, values, transformer.formats)
+                    return
+                if name >= threshold:
+                    name = _prepare(kept, sql, key)
+                    self.cursor, self.found = None, _run_prepared(kept, name, values, transformer.formats)
+                    return
+                if key in kept.prepared or len(kept.prepared) < PREPARED_KEPT:
+                    kept.prepared[key] = name + 1
+                self.cursor.execute(sql, params, prepare=False)  # counted here, prepared by _prepare or never
+                return
+        self.cursor.execute(sql, params)
 
-    def __getattr__(self, name):
-        return getattr(self.chosen, name)
+    def fetchone(self):
+        if self.cursor is not None:
+            return self.cursor.fetchone()
+        return self.found[0] if self.found else None
+
+    def fetchall(self):
+        return self.cursor.fetchall() if self.cursor is not None else self.found
+
+
+PREPARED_KEPT = 512  # statements one connection counts or keeps prepared by name, at most
+
+_AUTO = {}  # a count of parameters: that many PyFormat.AUTO, the formats a cursor asks its Transformer for
+
+
+def _auto(count):
+    formats = _AUTO.get(count)
+    if formats is None:
+        from psycopg.adapt import PyFormat
+
+        formats = _AUTO[count] = [PyFormat.AUTO] * count
+    return formats
+
+
+def _prepare(kept, sql, key):
+    """Prepare the statement on the kept connection, by a name of this module's own (psycopg's are _pg3_N)."""
+    kept.names += 1
+    name = f"_resonate_{kept.names}".encode()
+    text, _ = functions.numbered(sql, 0)
+    kept.pgconn.send_prepare(name, text.encode(), param_types=key[1])
+    _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
+    kept.prepared[key] = name
+    return name
+
+
+def _run_prepared(kept, name, values, formats):
+    """Run a statement prepared by name: its rows, as tuples ([] for a statement that returns none)."""
+    kept.pgconn.send_query_prepared(name, values, param_formats=formats)
+    result = _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
+    if result.status != TUPLES_OK:
+        return []
+    transformer = kept.transformer
+    transformer.set_pgresult(result)
+    return transformer.load_rows(0, result.ntuples, tuple)
+
+
+def _checked(kept, results):
+    """The one result of one statement, or the error it carries, raised as psycopg's cursor raises it."""
+    from psycopg import errors
+
+    (result,) = results
+    if result.status not in (TUPLES_OK, COMMAND_OK):
+        if result.status == FATAL_ERROR:
+            raise errors.error_from_result(result, encoding=kept.raw.info.encoding)
+        raise errors.InternalError(f"unexpected result status from a statement: {result.status}")
+    return result
 
 
 def opens_transaction(raw):

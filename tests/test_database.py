@@ -612,6 +612,97 @@ def test_a_hot_statement_run_often_is_prepared_and_planned_once():
     assert any('FROM "promises_promise" WHERE "id" = $1' in statement for statement in prepared), prepared
 
 
+def prepared_by_name(sql):
+    """The statements this session has prepared by floor.rows' own names whose text is `sql` (with $n)."""
+    text, _ = functions.numbered(sql, 0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_resonate\\_%%' AND statement = %s", [text]
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12)  # as text takes
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+PARAMETERS = st.tuples(  # -2**63 bound client-side reads as -(2**63), out of range: the cursor to compare with fails
+    st.none() | st.integers(-(2**63) + 1, 2**63 - 1), st.none() | TEXT, st.none() | st.booleans(), st.none() | JSON
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@given(st.lists(PARAMETERS, min_size=1, max_size=12))
+def test_a_statement_prepared_by_name_answers_what_psycopg_s_cursor_answers(history):
+    """A statement run DATABASE_PREPARE_THRESHOLD times is prepared by name and sent by libpq's own call, its
+    parameters dumped and its rows loaded outside psycopg's cursor (floor.rows._Single). Whatever the values,
+    NULLs among them (another statement to PostgreSQL: its parameters' types differ), it answers as the cursor."""
+    from psycopg.types.json import Jsonb
+
+    sql = "SELECT %s::bigint, %s::text, %s::boolean, %s::jsonb, '100%%', %s::bigint + 1 WHERE %s::boolean IS NOT FALSE"
+    for number, text, flag, value in history:
+        params = [number, text, flag, None if value is None else Jsonb(value), 7, flag]
+        with connection.cursor() as cursor:  # Django's, bound client-side
+            cursor.execute(sql, params)
+            expected = cursor.fetchall()
+        assert rows.query(sql, params) == expected
+    threshold = connection.connection.prepare_threshold
+    if sum(1 for number, text, flag, value in history if None not in (number, text, flag, value)) > threshold:
+        assert prepared_by_name(sql)  # all of them non-NULL: one statement to PostgreSQL, run past the threshold
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_error_of_a_statement_prepared_by_name_is_django_s_and_its_transaction_rolls_back():
+    from django.db import DataError, IntegrityError, transaction
+
+    from promises.models import Promise
+
+    divide = "SELECT 10 / %s::integer"
+    connection.ensure_connection()
+    for _ in range(connection.connection.prepare_threshold + 1):
+        assert rows.query(divide, [5]) == [(2,)]
+    assert prepared_by_name(divide)
+    with pytest.raises(DataError, match="division by zero"):
+        rows.query(divide, [0])
+    assert rows.query(divide, [2]) == [(5,)]  # outside a transaction, the next runs as before
+
+    insert = 'INSERT INTO "promises_promise" ("id", "state", "param", "value", "tags", "timeout_at", "created_at",'
+    insert += " \"timeout_armed\", \"timer\") VALUES (%s, 'pending', '{}', '{}', '{}', 1, 1, false, false)"
+    for n in range(connection.connection.prepare_threshold + 1):
+        rows.query(f"{insert} RETURNING 1", [f"p{n}"])
+    assert prepared_by_name(f"{insert} RETURNING 1")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.query(f"{insert} RETURNING 1", ["fresh"])  # opens the transaction (its BEGIN in front)
+        rows.query(f"{insert} RETURNING 1", ["p0"])  # by name, within it: the key exists
+    assert rows.fetch(Promise, "fresh") is None  # rolled back with its transaction
+    assert rows.query(divide, [1]) == [(10,)]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_nothing_is_prepared_by_name_with_the_prepare_threshold_off_nor_beyond_what_a_connection_keeps(monkeypatch):
+    """Off (a pooler in transaction mode, where a name prepared on one server connection is unknown on the next),
+    statements go by psycopg's cursor, unprepared; and one connection counts or prepares PREPARED_KEPT at most."""
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = None
+    for _ in range(8):
+        assert rows.query("SELECT %s::integer + 1", [1]) == [(2,)]
+    assert not prepared_by_name("SELECT %s::integer + 1")
+
+    connection.close()  # a new connection: nothing kept
+    connection.ensure_connection()
+    monkeypatch.setattr(rows, "PREPARED_KEPT", 1)
+    for _ in range(8):
+        assert rows.query("SELECT %s::integer + 2", [1]) == [(3,)]
+        assert rows.query("SELECT %s::integer + 3", [1]) == [(4,)]
+    assert prepared_by_name("SELECT %s::integer + 2")
+    assert not prepared_by_name("SELECT %s::integer + 3")
+
+
 def made_functions():
     """The functions floor.functions has made in this database, by name."""
     with connection.cursor() as cursor:
