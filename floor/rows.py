@@ -66,10 +66,11 @@ def cursor_of(connection, single=False):
         return
     kept = _kept_on(connection)
     with connection.wrap_database_errors:
-        if opens_transaction(kept.raw):
-            yield _Opening(kept.several, kept.raw)
+        opening = opens_transaction(kept.raw)
+        if single:
+            yield _Single(kept, opening)
         else:
-            yield _Single(kept) if single else kept.several
+            yield _Opening(kept.several, kept.raw) if opening else kept.several
 
 
 def send_all(connection, parts, results=True):
@@ -97,8 +98,8 @@ def send_all(connection, parts, results=True):
             cursor.execute("; ".join(sql for sql, _ in parts), params)
             return _results(cursor, len(parts)) if results else None
     try:
-        with cursor_of(connection, single=not commit) as cursor:
-            cursor.execute(f"{function.call}; COMMIT" if commit else function.call, params)
+        with cursor_of(connection, single=True) as cursor:
+            cursor.execute(function.call, params, commit=commit)
             found = cursor.fetchall()
     except Exception as error:
         if functions.failed(function, error.__cause__):
@@ -240,54 +241,47 @@ def _send_held(connection, commit=False):
 
 IDLE = 0  # psycopg.pq.TransactionStatus.IDLE (PQTRANS_IDLE), without importing psycopg where it is not installed
 TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK (PGRES_TUPLES_OK): a result with rows
-COMMAND_OK = 1  # psycopg.pq.ExecStatus.COMMAND_OK: a result without rows
-FATAL_ERROR = 7  # psycopg.pq.ExecStatus.FATAL_ERROR: the statement failed
 BOUND_MAX = 65535  # parameters the extended protocol carries with one statement
 
 
 class _Single:
-    """One statement bound server-side, on the kept cursors of a connection.
+    """One statement bound server-side, on the kept cursors of a connection; BEGIN in front of it when it opens the
+    transaction (`opening`, as _Opening), COMMIT after it when asked (send_all's held writes), in the same round trip.
 
     A statement the connection has run `prepare_threshold` times (DATABASE_PREPARE_THRESHOLD, 5) is prepared by
-    name there, and from then on sent by libpq's PQsendQueryPrepared itself, its parameters dumped and its rows
-    loaded by the psycopg Transformer a cursor would use: what psycopg's cursor adds around the same call (its
-    query object, its prepared-statement bookkeeping, its result checks) cost 37-48 µs of CPU a statement here,
-    a tenth of a create (bench/HISTORY.md, 2026-12-06). Errors are psycopg's, as the cursor raises them.
+    name there, and from then on sent by libpq's own call (PQsendQueryPrepared), its parameters dumped and its rows
+    loaded by the psycopg Transformer a cursor would use: psycopg's cursor around the same call (its query object,
+    its prepared-statement bookkeeping, its result checks) cost 37-48 µs of CPU a statement here (bench/HISTORY.md,
+    2026-12-06). With BEGIN or COMMIT, they go together in libpq's pipeline mode (_pipelined), where psycopg's cursor
+    could only send one query string, bound client-side and planned at every call. Errors are psycopg's, as its
+    cursor raises them.
 
-    psycopg's cursor runs the statement until then; always when the threshold is off (a pooler in transaction mode
+    psycopg's cursors run the statement until then; always when the threshold is off (a pooler in transaction mode
     loses named statements), while tracing (its spans come from psycopg's cursors), for a statement with more
     parameters than the protocol carries (then bound client-side, as a literal query: a heartbeat naming 70,000
     tasks), and beyond PREPARED_KEPT statements on one connection (IN lists of every length)."""
 
-    __slots__ = ("kept", "cursor", "found")
+    __slots__ = ("kept", "opening", "cursor", "found")
 
-    def __init__(self, kept):
-        self.kept, self.cursor, self.found = kept, None, None
+    def __init__(self, kept, opening=False):
+        self.kept, self.opening, self.cursor, self.found = kept, opening, None, None
 
-    def execute(self, sql, params=()):
+    def execute(self, sql, params=(), commit=False):
         kept = self.kept
-        if len(params) > BOUND_MAX:
+        counting = len(params) <= BOUND_MAX and kept.raw.prepare_threshold is not None and telemetry.tracer is None
+        if counting and (prepared := _prepared(kept, sql, params)) is not None:
+            if self.opening:
+                kept.raw.autocommit = True  # psycopg sends no BEGIN of its own (_Opening)
+            self.cursor, self.found = None, _run_prepared(kept, *prepared, self.opening, commit)
+        elif self.opening:
+            self.cursor = _Opening(kept.several, kept.raw)
+            self.cursor.execute(f"{sql}; COMMIT" if commit else sql, params)
+        elif commit or len(params) > BOUND_MAX:
             self.cursor = kept.several
+            self.cursor.execute(f"{sql}; COMMIT" if commit else sql, params)
         else:
             self.cursor = kept.one
-            threshold = kept.raw.prepare_threshold
-            if threshold is not None and telemetry.tracer is None:
-                transformer = kept.transformer
-                values = transformer.dump_sequence(params, _auto(len(params)))
-                key = (sql, transformer.types)
-                name = kept.prepared.get(key, 0)
-                if type(name) is not int:
-                    self.cursor, self.found = None, _run_prepared(kept, name, values, transformer.formats)
-                    return
-                if name >= threshold:
-                    name = _prepare(kept, sql, key)
-                    self.cursor, self.found = None, _run_prepared(kept, name, values, transformer.formats)
-                    return
-                if key in kept.prepared or len(kept.prepared) < PREPARED_KEPT:
-                    kept.prepared[key] = name + 1
-                self.cursor.execute(sql, params, prepare=False)  # counted here, prepared by _prepare or never
-                return
-        self.cursor.execute(sql, params)
+            self.cursor.execute(sql, params, prepare=False if counting else None)  # counted by _prepared
 
     def fetchone(self):
         if self.cursor is not None:
@@ -312,21 +306,35 @@ def _auto(count):
     return formats
 
 
-def _prepare(kept, sql, key):
-    """Prepare the statement on the kept connection, by a name of this module's own (psycopg's are _pg3_N)."""
-    kept.names += 1
-    name = f"_resonate_{kept.names}".encode()
-    text, _ = functions.numbered(sql, 0)
-    kept.pgconn.send_prepare(name, text.encode(), param_types=key[1])
-    _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
-    kept.prepared[key] = name
-    return name
+def _prepared(kept, sql, params):
+    """(name, parameters, their formats) for running the statement prepared by name on the kept connection, once
+    it has run there `prepare_threshold` times (preparing it then); None before, each run counted."""
+    transformer = kept.transformer
+    values = transformer.dump_sequence(params, _auto(len(params)))
+    key = (sql, transformer.types)  # psycopg's key too: a NULL has no type, a statement with one is another
+    name = kept.prepared.get(key, 0)
+    if type(name) is int:
+        if name < kept.raw.prepare_threshold:
+            if key in kept.prepared or len(kept.prepared) < PREPARED_KEPT:
+                kept.prepared[key] = name + 1
+            return None
+        kept.names += 1
+        name = f"_resonate_{kept.names}".encode()  # psycopg's own are _pg3_N
+        text, _ = functions.numbered(sql, 0)
+        kept.pgconn.send_prepare(name, text.encode(), param_types=key[1])
+        _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
+        kept.prepared[key] = name
+    return name, values, transformer.formats
 
 
-def _run_prepared(kept, name, values, formats):
-    """Run a statement prepared by name: its rows, as tuples ([] for a statement that returns none)."""
-    kept.pgconn.send_query_prepared(name, values, param_formats=formats)
-    result = _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
+def _run_prepared(kept, name, values, formats, begin=False, commit=False):
+    """Run a statement prepared by name, after BEGIN and before COMMIT when asked: its rows, as tuples ([] for a
+    statement that returns none)."""
+    if begin or commit:
+        result = _pipelined(kept, name, values, formats, begin, commit)
+    else:
+        kept.pgconn.send_query_prepared(name, values, param_formats=formats)
+        (result,) = _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
     if result.status != TUPLES_OK:
         return []
     transformer = kept.transformer
@@ -334,16 +342,47 @@ def _run_prepared(kept, name, values, formats):
     return transformer.load_rows(0, result.ntuples, tuple)
 
 
+def _pipelined(kept, name, values, formats, begin, commit):
+    """BEGIN (`begin`), the statement prepared by name, and COMMIT (`commit`) in one round trip, in libpq's pipeline
+    mode: sent one after the other, then a Sync, their results read as they come. The statement's result; the first
+    error among them raised (what follows an error is not run: PostgreSQL skips to the Sync)."""
+    from psycopg.generators import fetch_many, send
+
+    raw, pgconn = kept.raw, kept.pgconn
+    pgconn.enter_pipeline_mode()
+    try:
+        if begin:
+            pgconn.send_query_params(b"BEGIN", None)
+        pgconn.send_query_prepared(name, values, param_formats=formats)
+        if commit:
+            pgconn.send_query_params(b"COMMIT", None)
+        pgconn.pipeline_sync()
+        raw.wait(send(pgconn))
+        answered = [raw.wait(fetch_many(pgconn)) for _ in range(begin + 1 + commit + 1)]  # the last: the Sync's
+    finally:
+        try:
+            pgconn.exit_pipeline_mode()  # refused while results are unread: an error above, the connection lost
+        except Exception:
+            raw.close()  # not to be used again: Django opens a new one for the next request
+    for results in answered[:-1]:
+        _checked(kept, results)
+    return answered[begin][0]
+
+
+COMMAND_OK, FATAL_ERROR, PIPELINE_ABORTED = 1, 7, 11  # psycopg.pq.ExecStatus's (libpq's PGRES_*)
+
+
 def _checked(kept, results):
-    """The one result of one statement, or the error it carries, raised as psycopg's cursor raises it."""
+    """The results of one statement, unless one carries an error: then it is raised, as psycopg's cursor raises it. A
+    statement a pipeline skipped after an error has none but PIPELINE_ABORTED: the error came before it."""
     from psycopg import errors
 
-    (result,) = results
-    if result.status not in (TUPLES_OK, COMMAND_OK):
-        if result.status == FATAL_ERROR:
-            raise errors.error_from_result(result, encoding=kept.raw.info.encoding)
-        raise errors.InternalError(f"unexpected result status from a statement: {result.status}")
-    return result
+    for result in results:
+        if result.status not in (TUPLES_OK, COMMAND_OK, PIPELINE_ABORTED):
+            if result.status == FATAL_ERROR:
+                raise errors.error_from_result(result, encoding=kept.raw.info.encoding)
+            raise errors.InternalError(f"unexpected result status from a statement: {result.status}")
+    return results
 
 
 def opens_transaction(raw):

@@ -520,6 +520,60 @@ def test_a_transaction_s_begin_goes_with_its_first_statement_and_its_commit_with
     assert connection.get_autocommit() and raw.autocommit  # as atomic() leaves a connection
 
 
+@pytest.fixture(params=["counted", "prepared at once"])
+def threshold(request, monkeypatch):
+    """The connections' DATABASE_PREPARE_THRESHOLD: 5, as by default (what a test sends runs mostly by psycopg's
+    cursors), or 0: every statement prepared by name at its first run, and sent by floor.rows' own path."""
+    if request.param == "prepared at once":
+        monkeypatch.setitem(connection.settings_dict["OPTIONS"], "prepare_threshold", 0)
+    connection.close()  # the next statement connects with it
+    yield request.param
+    connection.close()
+
+
+def sent_by_libpq(raw, trace, send):
+    """What send() made the psycopg connection `raw` send, by libpq's trace: one line per message to the server."""
+    with open(trace, "w") as sink:
+        raw.pgconn.trace(sink.fileno())
+        try:
+            reply = send()
+        finally:
+            raw.pgconn.untrace()
+    return reply, [line.split("\t", 3)[-1] for line in trace.read_text().splitlines() if "\tF\t" in line]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_its_statements_prepared_a_transaction_s_begin_and_commit_go_with_them_bound_apart(
+    tmp_path, monkeypatch, sent_before
+):
+    """Once prepared by name, the statement that opens a transaction goes with its BEGIN, and the held writes with
+    the COMMIT, each pair in one round trip as libpq's pipeline mode sends them (floor.rows._pipelined): no query
+    string bound client-side, nothing planned again."""
+    from promises.models import Listener
+
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "prepare_threshold", 0)
+    connection.close()
+    for id in ("warm", "p"):
+        assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
+    listen = {"awaited": "warm", "address": "poll://uni@g/w"}
+    assert answer(envelope("promise.register_listener", listen))["head"]["status"] == 200  # prepares what it sends
+
+    listen = {"awaited": "p", "address": "poll://uni@g/w"}
+    reply, sent = sent_by_libpq(
+        connection.connection, tmp_path / "libpq.trace", lambda: answer(envelope("promise.register_listener", listen))
+    )
+
+    assert reply["head"]["status"] == 200 and Listener.objects.filter(promise_id="p").exists()
+    kinds = [message.split("\t", 1)[0] for message in sent]
+    assert "Query" not in kinds and kinds.count("Sync") == 2, sent  # two round trips, both bound apart
+    first, second = "\n".join(sent[: kinds.index("Sync") + 1]), "\n".join(sent[kinds.index("Sync") + 1 :])
+    assert '"BEGIN"' in first and '"_resonate_' in first and "COMMIT" not in first, sent
+    assert '"COMMIT"' in second and '"_resonate_' in second and "BEGIN" not in second, sent
+    assert connection.get_autocommit() and connection.connection.autocommit  # as atomic() leaves a connection
+    connection.close()
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_statement_after_a_held_write_sends_the_write_first_and_sees_it():
@@ -538,7 +592,8 @@ def test_a_statement_after_a_held_write_sends_the_write_first_and_sees_it():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_held_write_that_fails_at_the_commit_rolls_the_whole_transaction_back():
+def test_a_held_write_that_fails_at_the_commit_rolls_the_whole_transaction_back(threshold, sent_before):
+    """Its error comes back with the COMMIT's round trip, the COMMIT skipped (in a pipeline, once prepared)."""
     from floor.transactions import Busy, run_atomically
     from promises.models import Promise
 
@@ -557,7 +612,7 @@ def test_a_held_write_that_fails_at_the_commit_rolls_the_whole_transaction_back(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_connection_lost_while_sending_the_held_writes_with_the_commit_is_a_503_not_a_retry(
-    through_proxy, monkeypatch
+    through_proxy, monkeypatch, threshold, sent_before
 ):
     created = answer(envelope("promise.create", {"id": "p", "timeoutAt": 10**13, "tags": {"resonate:target": TARGET}}))
     assert created["head"]["status"] == 200
