@@ -4,7 +4,8 @@
 
 A server of the least work a Python front can do for each scenario of `run.py`, sending the same SQL as the
 server (`bench/pgbench/*.sql`, with parameters where pgbench has variables), as the server sends them: a single
-statement bound server-side and prepared, several in one query string as EXECUTEs of statements prepared once:
+statement prepared by name and sent by libpq's own call (as the server's floor.rows._Single does once a statement
+is prepared, without psycopg's cursor), several in one query string as EXECUTEs of statements prepared once:
 
 - one process per connection, each blocking on its socket and its database connection, as pgbench runs one
   backend per client: no event loop, no threads, no hand-off;
@@ -26,6 +27,9 @@ import time
 import orjson
 import psycopg
 from least_http import answer_all, listening
+from psycopg import errors, pq
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.generators import execute
 
 COLUMNS = (
     '"id", "state", "param", "value", "tags", "timeout_at", "created_at", "settled_at", "timeout_armed", "timer",'
@@ -117,10 +121,35 @@ def promise(row):
 
 class Handlers:
     def __init__(self, database):
-        self.db = psycopg.connect(database, autocommit=True, prepare_threshold=0)
-        self.one = psycopg.Cursor(self.db)  # bound server-side, prepared at once: the server's single statements
+        self.db = psycopg.connect(database, autocommit=True)
         self.several = psycopg.ClientCursor(self.db)  # its strings of several
         self.prepared = {}  # SQL: (its EXECUTE, its PREPARE not yet sent)
+        self.transformer = Transformer(self.db)
+        self.named = {}  # a single statement's SQL: its name, once prepared
+
+    def one(self, sql, params):
+        """A single statement, prepared by name at its first run and sent by libpq's own call, bound server-side: its
+        rows."""
+        pgconn, transformer = self.db.pgconn, self.transformer
+        values = transformer.dump_sequence(params, [PyFormat.AUTO] * len(params))
+        name = self.named.get(sql)
+        if name is None:
+            name = f"s{len(self.named)}".encode()
+            pieces = sql.split("%s")
+            numbered = pieces[0] + "".join(f"${n}{piece}" for n, piece in enumerate(pieces[1:], 1))
+            pgconn.send_prepare(name, numbered.encode(), param_types=transformer.types)
+            self.checked(self.db.wait(execute(pgconn)))
+            self.named[sql] = name
+        pgconn.send_query_prepared(name, values, param_formats=transformer.formats)
+        result = self.checked(self.db.wait(execute(pgconn)))
+        transformer.set_pgresult(result)
+        return transformer.load_rows(0, result.ntuples, tuple)
+
+    def checked(self, results):
+        (result,) = results
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            raise errors.error_from_result(result, encoding="utf-8")
+        return result
 
     def together(self, statements, params):
         """Statements in one query string, as the server sends them (floor.rows.send_all) once it has prepared
@@ -158,12 +187,12 @@ class Handlers:
         return getattr(self, kind.replace(".", "_"))(data)
 
     def promise_get(self, data):
-        self.one.execute(GET, (data["id"],))
-        return {"promise": promise(self.one.fetchone())}
+        (row,) = self.one(GET, (data["id"],))
+        return {"promise": promise(row)}
 
-    def _created(self, cursor, data, now):
+    def _created(self, found, data, now):
         """The promise a create statement made (from what was asked, as the server answers), or the one it found."""
-        created, *row = cursor.fetchone()
+        created, *row = found[0]
         if created:
             return {"id": data["id"], "state": "pending", "param": data.get("param", {}), "value": {}}
         return promise(row)
@@ -173,10 +202,10 @@ class Handlers:
         message = orjson.dumps({"task": {"id": id, "version": 0}}).decode()
         params = (id, orjson.dumps(data["param"]).decode(), orjson.dumps(data["tags"]).decode(), data["timeoutAt"], now)
         params += (id, now + 60_000, "e:" + id, id, target, message, now, now + 500, now, id)
-        self.one.execute(PROMISE_CREATE, params)
+        found = self.one(PROMISE_CREATE, params)
         return {
             "promise": {
-                **self._created(self.one, data, now),
+                **self._created(found, data, now),
                 "tags": data["tags"],
                 "timeoutAt": data["timeoutAt"],
                 "createdAt": now,
@@ -195,8 +224,7 @@ class Handlers:
         id = created["id"]
         params = (id, "{}", orjson.dumps(created["tags"]).decode(), created["timeoutAt"], now)
         params += (id, data["pid"], data["ttl"], now + data["ttl"], id)
-        self.one.execute(TASK_CREATE, params)
-        made = self._created(self.one, created, now)
+        made = self._created(self.one(TASK_CREATE, params), created, now)
         return {"task": {"id": id, "version": 1}, "promise": {**made, "tags": created["tags"], "createdAt": now}}
 
     def task_fulfill(self, data):

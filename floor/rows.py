@@ -36,12 +36,13 @@ def cursor_of(connection, single=False):
     Django's error mapping around it; Django's own cursor otherwise, and whenever someone watches the
     queries (DEBUG, CaptureQueriesContext, execute_wrapper).
 
-    `single`: the SQL is one statement. It is then sent with its parameters apart (server-side binding), so
-    that PostgreSQL can keep its plan: a statement the connection has run PREPARE_THRESHOLD times is prepared
-    (resonate_site/settings.py). Planning was most of a read's cost in the database: the fence's read planned
-    in 0.13-0.17 ms and ran in 0.05. Several statements in one string (and the statement that opens a
-    transaction, which carries its BEGIN) go with client-side binding, which can send them together; send_all
-    makes a function of those it sends often (floor.functions), called as one statement.
+    `single`: the SQL is one statement (_Single). It is then sent with its parameters apart (server-side binding),
+    so that PostgreSQL can keep its plan: a statement the connection has run PREPARE_THRESHOLD times is prepared
+    (resonate_site/settings.py), and goes with the BEGIN in front of it or the COMMIT after it in one round trip.
+    Planning was most of a read's cost in the database: the fence's read planned in 0.13-0.17 ms and ran in 0.05.
+    Several statements in one string (and a single one not prepared yet that carries BEGIN or COMMIT) go with
+    client-side binding, which can send them together; send_all makes a function of those it sends often
+    (floor.functions), called as one statement.
 
     Django's cursor wrapper costs about 40 µs of CPU per statement here (a new cursor each time, its
     wrappers). Errors still arrive as django.db errors, which floor.transactions reads to retry a lost race
