@@ -126,16 +126,15 @@ class _Kept:
     """What a thread keeps for one connection: the psycopg connection, its ClientCursor (Django's cursor class), a
     cursor binding server-side, and the statements it has prepared by name (_Single)."""
 
-    __slots__ = ("raw", "several", "one", "pgconn", "transformer", "exchange", "prepared", "names")
+    __slots__ = ("raw", "several", "one", "pgconn", "transformer", "generators", "prepared", "names")
 
     def __init__(self, raw):
-        from psycopg import Cursor
+        from psycopg import Cursor, generators
         from psycopg.adapt import Transformer
-        from psycopg.generators import execute
 
         self.raw, self.several, self.one, self.pgconn = raw, raw.cursor(), Cursor(raw), raw.pgconn
         self.transformer = Transformer(raw)  # dumps parameters and loads rows as the cursors' own would
-        self.exchange = execute  # psycopg's: flush what was sent, then read every result (raw.wait runs it)
+        self.generators = generators  # psycopg's exchanges with the server, which raw.wait runs
         self.prepared = {}  # (SQL, its parameters' types): its name once prepared, else the times it has run
         self.names = 0
 
@@ -274,11 +273,8 @@ class _Single:
             if self.opening:
                 kept.raw.autocommit = True  # psycopg sends no BEGIN of its own (_Opening)
             self.cursor, self.found = None, _run_prepared(kept, *prepared, self.opening, commit)
-        elif self.opening:
-            self.cursor = _Opening(kept.several, kept.raw)
-            self.cursor.execute(f"{sql}; COMMIT" if commit else sql, params)
-        elif commit or len(params) > BOUND_MAX:
-            self.cursor = kept.several
+        elif self.opening or commit or len(params) > BOUND_MAX:  # bound client-side, in one query string
+            self.cursor = _Opening(kept.several, kept.raw) if self.opening else kept.several
             self.cursor.execute(f"{sql}; COMMIT" if commit else sql, params)
         else:
             self.cursor = kept.one
@@ -323,7 +319,7 @@ def _prepared(kept, sql, params):
         name = f"_resonate_{kept.names}".encode()  # psycopg's own are _pg3_N
         text, _ = functions.numbered(sql, 0)
         kept.pgconn.send_prepare(name, text.encode(), param_types=key[1])
-        _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
+        _checked(kept, kept.raw.wait(kept.generators.execute(kept.pgconn)))
         kept.prepared[key] = name
     return name, values, transformer.formats
 
@@ -335,7 +331,7 @@ def _run_prepared(kept, name, values, formats, begin=False, commit=False):
         result = _pipelined(kept, name, values, formats, begin, commit)
     else:
         kept.pgconn.send_query_prepared(name, values, param_formats=formats)
-        (result,) = _checked(kept, kept.raw.wait(kept.exchange(kept.pgconn)))
+        (result,) = _checked(kept, kept.raw.wait(kept.generators.execute(kept.pgconn)))
     if result.status != TUPLES_OK:
         return []
     transformer = kept.transformer
@@ -347,9 +343,7 @@ def _pipelined(kept, name, values, formats, begin, commit):
     """BEGIN (`begin`), the statement prepared by name, and COMMIT (`commit`) in one round trip, in libpq's pipeline
     mode: sent one after the other, then a Sync, their results read as they come. The statement's result; the first
     error among them raised (what follows an error is not run: PostgreSQL skips to the Sync)."""
-    from psycopg.generators import fetch_many, send
-
-    raw, pgconn = kept.raw, kept.pgconn
+    raw, pgconn, generators = kept.raw, kept.pgconn, kept.generators
     pgconn.enter_pipeline_mode()
     try:
         if begin:
@@ -358,8 +352,9 @@ def _pipelined(kept, name, values, formats, begin, commit):
         if commit:
             pgconn.send_query_params(b"COMMIT", None)
         pgconn.pipeline_sync()
-        raw.wait(send(pgconn))
-        answered = [raw.wait(fetch_many(pgconn)) for _ in range(begin + 1 + commit + 1)]  # the last: the Sync's
+        raw.wait(generators.send(pgconn))
+        # each statement's results, then the Sync's
+        answered = [raw.wait(generators.fetch_many(pgconn)) for _ in range(begin + 1 + commit + 1)]
     finally:
         try:
             pgconn.exit_pipeline_mode()  # refused while results are unread: an error above, the connection lost
