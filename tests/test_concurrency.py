@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
 
 from tests.conformance.invariants import violations
 
@@ -49,8 +50,22 @@ def race(url, work, count=THREADS):
         return list(pool.map(run, range(count)))
 
 
+@pytest.fixture(scope="session")
+def racing_live_server():
+    """Django's live server, set for races of THREADS clients before it starts (pytest-django's is one a session).
+
+    Its listening socket takes 10 connections waiting (Django's WSGIServer): the rest of THREADS connecting at once
+    had their SYN dropped and sent again a second later, so each race took over a second and its requests did not
+    overlap. And it writes an answer's head and body apart: with Nagle's algorithm on, the body waited for the
+    client's delayed ACK of the head, 40 ms a request."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WSGIServer, "request_queue_size", 4 * THREADS)
+        patch.setattr(WSGIRequestHandler, "disable_nagle_algorithm", True)
+        yield
+
+
 @pytest.fixture
-def server(live_server, settings):
+def server(racing_live_server, live_server, settings):
     return live_server.url
 
 
