@@ -17,7 +17,7 @@ from tests.chaos.test_faults import RECOVERY_BOUND_S, ride_out
 from tests.e2e.servers import assert_clean_logs
 from tests.faults import OwnSentinel, run_deployment
 
-pytestmark = [pytest.mark.beside_sqlite, pytest.mark.chaos]  # their own PostgreSQL and Redis
+pytestmark = [pytest.mark.postgres, pytest.mark.chaos]  # their own PostgreSQL and Redis, in the PostgreSQL lane
 
 
 def test_the_redis_primary_killed_and_its_replica_promoted_by_sentinel_loses_nothing(tmp_path):
