@@ -72,6 +72,22 @@ def assert_no_nulls(value, path="$"):
             assert_no_nulls(inner, f"{path}[{n}]")
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database, and at the end of the run on PostgreSQL, before it is dropped, the sessions
+    that threads of this process left open on it (servers and deliverers some tests run in-process) ended: with
+    them, DROP DATABASE waited 5 s for them to go, then failed, and the run ended with a warning."""
+    yield
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+
 @pytest.fixture(autouse=True)
 def debug_enabled(settings):
     settings.RESONATE = {**settings.RESONATE, "DEBUG": True}
