@@ -5,8 +5,12 @@ With RESONATE_METRICS_DIR every process (server processes, Celery workers) keeps
 in this process's memory.
 """
 
+import atexit
 import logging
 import os
+import threading
+import time
+from bisect import bisect_left
 from collections import Counter as Tally
 from functools import cache
 
@@ -60,9 +64,15 @@ REFUSED = {400, 401, 403, 413}
 def request_answered(envelope, seconds, kinds):
     """Count, time and log one request on POST / by its reply envelope. A kind not in `kinds` counts as "unknown"."""
     kind, corr_id, status = envelope["kind"], envelope["head"]["corrId"], envelope["head"]["status"]
-    requests, durations = request_series(kind if kind in kinds else "unknown", status)
-    requests.inc()
-    durations.observe(seconds)
+    key = (kind if kind in kinds else "unknown", status)
+    tally = _local.__dict__.get("tally") or _new_tally()
+    with tally.lock:
+        counted = tally.requests.get(key)
+        if counted is None:
+            counted = tally.requests[key] = [0, 0.0] + [0] * len(UPPER_BOUNDS)
+        counted[0] += 1
+        counted[1] += seconds
+        counted[2 + bisect_left(UPPER_BOUNDS, seconds)] += 1  # the first bucket whose bound is at least `seconds`
     level = logging.WARNING if status >= 500 else logging.INFO if status in REFUSED else logging.DEBUG
     if request_log.isEnabledFor(level):
         ms = round(seconds * 1000, 3)
@@ -70,9 +80,12 @@ def request_answered(envelope, seconds, kinds):
         request_log.log(level, "%s %s %s %.1f ms", kind, corr_id, status, ms, extra=extra)
 
 
+UPPER_BOUNDS = (*BUCKETS, float("inf"))  # the histogram's buckets, as prometheus_client bounds them
+
+
 @cache
 def request_series(kind, status):
-    """The counter and histogram of one kind and status; labels() takes a lock and a lookup, half the cost per request.
+    """The counter and histogram of one kind and status; labels() takes a lock and a lookup.
 
     The kind is the client's string: only known kinds become labels, so the cache and the label set stay finite.
     """
@@ -81,10 +94,10 @@ def request_series(kind, status):
 
 def messages_claimed(messages):
     if len(messages) == 1:  # most often: a create's execute, a settlement's one unblock
-        message_series(messages[0].kind).inc()
+        added(message_series(messages[0].kind))
         return
     for kind, count in Tally(message.kind for message in messages).items():
-        message_series(kind).inc(count)
+        added(message_series(kind), count)
 
 
 @cache
@@ -99,10 +112,10 @@ DELIVERY_STATUS = {"delivered": "success", "dropped": "dropped"}  # by outbox.mo
 def deliveries_recorded(states):
     """Count the attempts by the state they left their message in: still pending (a retry) or failed is an error."""
     if len(states) == 1:
-        delivery_series(DELIVERY_STATUS.get(states[0], "error")).inc()
+        added(delivery_series(DELIVERY_STATUS.get(states[0], "error")))
         return
     for status, count in Tally(DELIVERY_STATUS.get(state, "error") for state in states).items():
-        delivery_series(status).inc(count)
+        added(delivery_series(status), count)
 
 
 @cache
@@ -113,8 +126,112 @@ def delivery_series(status):
 def schedule_promises_fired(counts):
     """Count a schedule's promises once they are committed (floor.transactions.after_commit): a batch retried or
     rolled back counts nothing."""
-    SCHEDULE_PROMISES.inc(sum(counts))
+    added(SCHEDULE_PROMISES, sum(counts))
 
 
 def requests_committed_together(count):
-    TOGETHER.inc(count)
+    added(TOGETHER, count)
+
+
+# Counted per thread, folded in every FLUSH_S
+#
+# A series of prometheus_client takes a lock and runs its own Python at each count (a histogram's observe walks its
+# buckets; in multiprocess mode each value is also written to its file): at 16 clients, promise.get spent about 6%
+# of the server's CPU on its one request's counts (bench/HISTORY.md, 2026-12-06). Each thread instead adds its
+# counts to a tally of its own, under a lock only the flush also takes, and the tallies are folded into the series
+# every FLUSH_S by a thread of this process, at every scrape of /metrics by the process that answers it, and when
+# the process exits. A scrape of another process's counts (multiprocess mode) sees them at most FLUSH_S late; a
+# process killed outright loses at most its last FLUSH_S of counts.
+
+FLUSH_S = 1.0
+
+
+class _Tally:
+    """One thread's counts since the last flush: {series: amount to add}, and {(kind, status): [requests, seconds
+    in all, one count per bucket of UPPER_BOUNDS]}."""
+
+    __slots__ = ("lock", "counts", "requests", "thread")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts, self.requests = {}, {}
+        self.thread = threading.current_thread()
+
+    def taken(self):
+        """(counts, requests) since the last flush, the tally emptied."""
+        with self.lock:
+            taken = self.counts, self.requests
+            self.counts, self.requests = {}, {}
+        return taken
+
+
+_local = threading.local()  # this thread's _Tally
+_tallies = []  # every thread's, for flush()
+_tallies_lock = threading.Lock()
+_flusher = None
+
+
+def _new_tally():
+    global _flusher
+    tally = _local.tally = _Tally()
+    with _tallies_lock:
+        _tallies.append(tally)
+        if _flusher is None:
+            _flusher = threading.Thread(target=_flush_every, name="resonate-counters", daemon=True)
+            _flusher.start()
+    return tally
+
+
+def added(series, amount=1):
+    """Add `amount` to a counter series (a Counter, or one child of its labels), at the next flush."""
+    tally = _local.__dict__.get("tally") or _new_tally()
+    with tally.lock:
+        tally.counts[series] = tally.counts.get(series, 0) + amount
+
+
+def flush():
+    """Fold every thread's counts into the Prometheus series. A thread that has ended and counted nothing since is
+    forgotten."""
+    with _tallies_lock:
+        tallies = list(_tallies)
+    for tally in tallies:
+        counts, requests = tally.taken()
+        for series, amount in counts.items():
+            series.inc(amount)
+        for (kind, status), (count, seconds, *buckets) in requests.items():
+            requests_of, durations = request_series(kind, status)
+            requests_of.inc(count)
+            observed(durations, seconds, buckets)
+        if not tally.thread.is_alive():
+            with _tallies_lock, tally.lock:
+                if not tally.counts and not tally.requests and tally in _tallies:
+                    _tallies.remove(tally)
+
+
+def observed(histogram, seconds, buckets):
+    """What histogram.observe() of each duration would have added: their sum, and per bucket how many fell in it.
+    prometheus_client has no call for several observations at once; tests/test_metrics.py checks that this
+    adds what observe() adds, bucket by bucket."""
+    histogram._sum.inc(seconds)
+    for value, count in zip(histogram._buckets, buckets, strict=True):
+        if count:
+            value.inc(count)
+
+
+def _flush_every():
+    while True:
+        time.sleep(FLUSH_S)
+        try:
+            flush()
+        except Exception:  # counting must never stop; the next flush tries again
+            logging.getLogger(__name__).exception("could not fold the counts into the metrics")
+
+
+def _forked():
+    """A forked process (a Celery worker) starts with no counts of its parent's, and its own flusher."""
+    global _local, _tallies, _tallies_lock, _flusher
+    _local, _tallies, _tallies_lock, _flusher = threading.local(), [], threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forked)
+atexit.register(flush)

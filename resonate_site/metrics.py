@@ -9,7 +9,7 @@ from django.db import DatabaseError
 from django.http import HttpResponse
 from django.views.decorators.http import require_safe
 
-from floor.counters import multiprocess_dir  # before prometheus_client: it chooses where the counters are kept
+from floor.counters import flush, multiprocess_dir  # before prometheus_client: it chooses where the counters are kept
 
 # isort: split
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -87,7 +87,9 @@ def registry():
 
 @require_safe
 def metrics(request):
-    """GET /metrics in the Prometheus text format. Like /health it needs no authentication."""
+    """GET /metrics in the Prometheus text format. Like /health it needs no authentication. This process's counts
+    are folded in first (floor.counters.flush): they are up to date; another process's are at most FLUSH_S late."""
+    flush()
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -5,13 +5,22 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from django.db import transaction
 from django.test import Client
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from floor import counters
+from floor.counters import BUCKETS
 from outbox.delivery import deliver_due
 from resonate_site import metrics as metrics_module
 from resonate_site.metrics import clear_if_unused
@@ -88,6 +97,69 @@ def test_a_request_that_crashes_is_counted_as_a_500(db, client, monkeypatch):
 def test_metrics_need_no_authentication_and_only_answer_reads(db, client):
     assert client.get("/metrics").status_code == 200
     assert client.post("/metrics").status_code == 405
+
+
+# Counts folded in at a flush (floor.counters: each thread tallies its own, folded in every FLUSH_S)
+
+DURATIONS = st.floats(min_value=0, max_value=100, allow_nan=False) | st.sampled_from([*BUCKETS, 0.0])
+
+
+@examples(max_examples=60, deadline=None)
+@given(durations=st.lists(DURATIONS, max_size=30))
+def test_a_flush_adds_what_observe_would_have_added(durations):
+    """Bucket by bucket, the sum and the count: the same as a histogram fed each duration by observe(), bounds
+    included (a duration equal to a bound falls in that bound's bucket)."""
+    reference = Histogram("reference", "", buckets=BUCKETS, registry=CollectorRegistry())
+    for seconds in durations:
+        reference.observe(seconds)
+    counters.flush()
+    before = histogram_samples()
+    for seconds in durations:
+        counters.request_answered(
+            {"kind": "promise.get", "head": {"corrId": "c", "status": 200}}, seconds, {"promise.get"}
+        )
+    counters.flush()
+    after = histogram_samples()
+    expected = {
+        (s.name.replace("reference", "resonate_request_duration_seconds"), s.labels.get("le")): s.value
+        for s in reference.collect()[0].samples
+        if not s.name.endswith("_created")
+    }
+    for (name, le), value in expected.items():
+        assert after.get((name, le), 0.0) - before.get((name, le), 0.0) == pytest.approx(value, abs=1e-9), (name, le)
+
+
+def histogram_samples():
+    family = next(f for f in counters.REQUEST_SECONDS.collect())
+    return {(s.name, s.labels.get("le")): s.value for s in family.samples if s.labels.get("kind") == "promise.get"}
+
+
+def test_counts_wait_for_a_flush_and_every_thread_s_are_folded_in(db, client):
+    """A count is in its thread's tally until a flush; /metrics flushes first, and the flusher thread does within
+    FLUSH_S, for counts made on any thread."""
+    series = counters.message_series("execute")
+    counters.flush()
+    before = series._value.get()
+    worker = threading.Thread(target=counters.messages_claimed, args=([SimpleNamespace(kind="execute")] * 2,))
+    worker.start()
+    worker.join()
+    counters.messages_claimed([SimpleNamespace(kind="execute")])
+    assert series._value.get() == before  # tallied, not yet folded in
+    assert change({}, scrape(client), "resonate_messages_total", kind="execute") == before + 3  # the scrape flushed
+    counters.messages_claimed([SimpleNamespace(kind="execute")])
+    deadline = time.monotonic() + 5 * counters.FLUSH_S
+    while series._value.get() < before + 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert series._value.get() == before + 4  # the flusher thread, without a scrape
+
+
+def test_a_thread_that_has_ended_is_forgotten_once_its_counts_are_folded_in():
+    worker = threading.Thread(target=counters.added, args=(counters.SCHEDULE_PROMISES, 2))
+    worker.start()
+    worker.join()
+    (tally,) = [t for t in counters._tallies if t.thread is worker]
+    counters.flush()
+    assert tally not in counters._tallies
 
 
 # Gauges read from the database

@@ -494,7 +494,7 @@ def test_a_message_no_stream_can_take_has_its_attempt_recorded_as_it_is_written(
     """A create with a target whose workers are all away woke the deliverer, which asked the hub and then recorded
     the attempt unreached in a statement of its own. Now the attempt is in the row as written, counted as before,
     and the message reaches a stream that connects later as any unreached one does: by the delivery pass."""
-    from floor.counters import DELIVERIES, MESSAGES
+    from floor.counters import DELIVERIES, MESSAGES, flush
     from outbox import dispatch
     from outbox.delivery import NO_STREAM
     from resonate_site.protocol.envelope import perform
@@ -504,6 +504,7 @@ def test_a_message_no_stream_can_take_has_its_attempt_recorded_as_it_is_written(
     monkeypatch.setattr(dispatch, "_deliverer", (os.getpid(), running))
     looked = time.monotonic() - (0.2 if delivery.startswith("not looked") else 0)
     running.pause_read = (looked, delivery == "paused")
+    flush()  # counts are folded into the series at a flush (floor.counters)
     claimed, errors = MESSAGES.labels("execute")._value.get(), DELIVERIES.labels("error")._value.get()
 
     target = {"resonate:target": "poll://any@away"}
@@ -519,6 +520,7 @@ def test_a_message_no_stream_can_take_has_its_attempt_recorded_as_it_is_written(
     assert queued == []
     assert (execute.state, execute.attempts, execute.last_error) == (DeliveryState.PENDING, 1, NO_STREAM)
     assert execute.unreached_since is not None and execute.next_attempt_at == execute.unreached_since
+    flush()
     assert MESSAGES.labels("execute")._value.get() == claimed + 1
     assert DELIVERIES.labels("error")._value.get() == errors + 1  # as an attempt that found no stream counts
 
