@@ -30,12 +30,12 @@ from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
-from django.db import close_old_connections, connection  # noqa: E402
+from django.db import connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from floor import telemetry  # noqa: E402
 from floor.conf import resonate_settings  # noqa: E402
-from floor.transactions import database_troubled, run_together  # noqa: E402
+from floor.transactions import close_if_old, database_troubled, run_together  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
 from resonate_site.serving import NOSNIFF, ProtocolThreads, deadlines, header, watch_parent  # noqa: E402
@@ -135,13 +135,13 @@ async def protocol(scope, receive, send):
 
 
 def serve_protocol(item):
-    close_old_connections()  # what Django does at each request: drop a connection past its age or broken
+    close_if_old()  # what Django does at each request: drop a connection past its age or broken
     return respond_to(item)
 
 
 def serve_together(items):
     """The requests open at once in the embedded mode, answered in one transaction (ProtocolThreads.gathered)."""
-    close_old_connections()  # once, before the transaction: within it, Django would take the connection for broken
+    close_if_old()  # once, before the transaction: within it, Django would take the connection for broken
     return run_together([functools.partial(respond_to, item) for item in items])
 
 

@@ -46,6 +46,50 @@ def test_a_request_after_the_database_dropped_the_connection_succeeds_on_a_new_o
     assert not transactions.database_troubled()
 
 
+CONNECTION_STATES = {
+    "in good order": lambda kept: None,
+    "past its age": lambda kept: setattr(kept, "close_at", time.monotonic() - 1),
+    "left out of autocommit": lambda kept: kept.set_autocommit(False),
+    "after an error, still answering": lambda kept: setattr(kept, "errors_occurred", True),
+    "after an error, gone": lambda kept: (setattr(kept, "errors_occurred", True), kept.connection.close()),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("state", CONNECTION_STATES)
+def test_a_request_drops_its_thread_s_connection_as_django_would(state):
+    """floor.transactions.close_if_old, which each protocol request runs first, leaves a connection in the state
+    Django's close_old_connections() leaves it in: closed, or kept with its error forgotten and its health to be
+    checked again."""
+    from django.db import close_old_connections, connections
+
+    from floor.transactions import close_if_old
+
+    def after(check):
+        outcome = []
+
+        def run():
+            kept = connections["default"]
+            kept.ensure_connection()
+            kept.health_check_done = True
+            CONNECTION_STATES[state](kept)
+            check()
+            outcome.append((kept.connection is None, kept.errors_occurred, kept.health_check_done))
+            connections.close_all()
+
+        thread = threading.Thread(target=run)  # a connection of its own, as a protocol thread has
+        thread.start()
+        thread.join()
+        return outcome[0]
+
+    django_s, ours = after(close_old_connections), after(close_if_old)
+    assert ours == django_s
+    closed = state in ("past its age", "left out of autocommit") or (
+        state == "after an error, gone" and connection.vendor == "postgresql"  # SQLite's is always usable
+    )
+    assert ours[0] == closed
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_messages_of_one_transaction_are_announced_to_the_deliverer_together(monkeypatch):
     from outbox import dispatch
