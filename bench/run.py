@@ -230,6 +230,9 @@ def production_env(threads=None):
         "RESONATE_HUB_URL": "redis://127.0.0.1:6379/9",
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/9",
         "RESONATE_AUTH_DISABLED": "true",  # measured without auth
+        # As README.md's production mode sets it: every process counts in files there (prometheus_client's
+        # multiprocess mode), which serve empties at start. Without it (before 2026-12-06) counts stayed in memory.
+        "RESONATE_METRICS_DIR": str(BENCH / "results" / "metrics"),
         **QUIET_RETRIES,
     }
 

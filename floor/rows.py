@@ -371,10 +371,10 @@ COMMAND_OK, FATAL_ERROR, PIPELINE_ABORTED = 1, 7, 11  # psycopg.pq.ExecStatus's 
 def _checked(kept, results):
     """The results of one statement, unless one carries an error: then it is raised, as psycopg's cursor raises it. A
     statement a pipeline skipped after an error has none but PIPELINE_ABORTED: the error came before it."""
-    from psycopg import errors
-
     for result in results:
         if result.status not in (TUPLES_OK, COMMAND_OK, PIPELINE_ABORTED):
+            from psycopg import errors  # here, not per statement: an import statement costs a look-up each time
+
             if result.status == FATAL_ERROR:
                 raise errors.error_from_result(result, encoding=kept.raw.info.encoding)
             raise errors.InternalError(f"unexpected result status from a statement: {result.status}")
