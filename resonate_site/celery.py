@@ -24,6 +24,14 @@ def trace_worker(**kwargs):
     telemetry.start("resonate-worker")
 
 
+@signals.worker_process_shutdown.connect
+def flush_counts(**kwargs):
+    """A pool process ends with os._exit, without atexit: its last counts are folded in first (floor.counters)."""
+    from floor.counters import flush
+
+    flush()
+
+
 @signals.beat_init.connect
 def start_beat(sender, **kwargs):
     """Beat sends traces when OTEL_* asks for them, and a SIGTERM lets the tick under way finish."""

@@ -153,6 +153,20 @@ def test_counts_wait_for_a_flush_and_every_thread_s_are_folded_in(db, client):
     assert series._value.get() == before + 4  # the flusher thread, without a scrape
 
 
+def test_a_celery_pool_process_folds_its_counts_in_before_it_exits():
+    """A pool process ends with os._exit, which skips atexit: Celery's worker_process_shutdown flushes instead."""
+    from celery import signals
+
+    import resonate_site.celery  # noqa: F401 (connects its signal handlers)
+
+    series = counters.message_series("unblock")
+    counters.flush()
+    before = series._value.get()
+    counters.messages_claimed([SimpleNamespace(kind="unblock")])
+    signals.worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
+    assert series._value.get() == before + 1
+
+
 def test_a_thread_that_has_ended_is_forgotten_once_its_counts_are_folded_in():
     worker = threading.Thread(target=counters.added, args=(counters.SCHEDULE_PROMISES, 2))
     worker.start()
