@@ -65,7 +65,7 @@ def request_answered(envelope, seconds, kinds):
     """Count, time and log one request on POST / by its reply envelope. A kind not in `kinds` counts as "unknown"."""
     kind, corr_id, status = envelope["kind"], envelope["head"]["corrId"], envelope["head"]["status"]
     key = (kind if kind in kinds else "unknown", status)
-    tally = _local.__dict__.get("tally") or _new_tally()
+    tally = _tally()
     with tally.lock:
         counted = tally.requests.get(key)
         if counted is None:
@@ -171,6 +171,11 @@ _tallies_lock = threading.Lock()
 _flusher = None
 
 
+def _tally():
+    """This thread's tally, made (and the flusher started) at its first count."""
+    return _local.__dict__.get("tally") or _new_tally()
+
+
 def _new_tally():
     global _flusher
     tally = _local.tally = _Tally()
@@ -184,7 +189,7 @@ def _new_tally():
 
 def added(series, amount=1):
     """Add `amount` to a counter series (a Counter, or one child of its labels), at the next flush."""
-    tally = _local.__dict__.get("tally") or _new_tally()
+    tally = _tally()
     with tally.lock:
         tally.counts[series] = tally.counts.get(series, 0) + amount
 
