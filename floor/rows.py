@@ -18,7 +18,7 @@ from functools import cache
 from typing import NamedTuple
 
 import orjson
-from django.db import IntegrityError, connections, models
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, router
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -30,7 +30,6 @@ DEFAULT = "default"
 _kept = threading.local()  # per thread: {database alias: _Kept}
 
 
-@contextmanager
 def cursor_of(connection, single=False):
     """A cursor for one hot statement: on PostgreSQL a psycopg cursor kept per thread and connection, with
     Django's error mapping around it; Django's own cursor otherwise, and whenever someone watches the
@@ -48,30 +47,49 @@ def cursor_of(connection, single=False):
     wrappers). Errors still arrive as django.db errors, which floor.transactions reads to retry a lost race
     or a lost connection. A thread keeps the cursors of its current connection only: when Django replaces
     the connection (its age, a failure), the next statement opens cursors on the new one.
+
+    A class of its own rather than a generator with contextlib's decorator: every protocol request opens one or
+    more, and the generator's machinery (its object, its frame, a next() to enter and another to leave) cost 1.3%
+    of a promise.create's instructions (bench/HISTORY.md, 2026-12-06 afternoon).
     """
-    if not _keeps_cursors(connection):
+    return _CursorOf(connection, single)
+
+
+class _CursorOf:
+    __slots__ = ("connection", "single", "closing", "django")
+
+    def __init__(self, connection, single):
+        self.connection, self.single, self.closing, self.django = connection, single, None, None
+
+    def __enter__(self):
+        connection = self.connection
+        if _keeps_cursors(connection):
+            kept = _kept_on(connection)
+            with connection.wrap_database_errors:
+                opening = opens_transaction(kept.raw)
+            if self.single:
+                return _Single(kept, opening)
+            return _Opening(kept.several, kept.raw) if opening else kept.several
         if _bare_sqlite(connection):
             raw = connection.connection
             if raw is None:
                 connection.ensure_connection()
                 raw = connection.connection
-            cursor = raw.cursor()
-            try:
-                with connection.wrap_database_errors:
-                    yield _Qmarked(cursor)
-            finally:
-                cursor.close()  # a SELECT not read to its end would hold its snapshot until then
-            return
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    kept = _kept_on(connection)
-    with connection.wrap_database_errors:
-        opening = opens_transaction(kept.raw)
-        if single:
-            yield _Single(kept, opening)
-        else:
-            yield _Opening(kept.several, kept.raw) if opening else kept.several
+            self.closing = raw.cursor()
+            return _Qmarked(self.closing)
+        self.django = connection.cursor()
+        return self.django.__enter__()
+
+    def __exit__(self, kind, error, traceback):
+        if self.django is not None:  # Django's cursor maps its errors itself, and closes
+            return self.django.__exit__(kind, error, traceback)
+        try:
+            if kind is not None:  # a database's error raised as Django's, as Django's cursor raises it
+                self.connection.wrap_database_errors.__exit__(kind, error, traceback)
+        finally:
+            if self.closing is not None:
+                self.closing.close()  # a SELECT not read to its end would hold its snapshot until then
+        return False
 
 
 def send_all(connection, parts, results=True):
@@ -610,9 +628,10 @@ def _instance(model, row, connection, using):
 def new(model, **values):
     """model(**values), unsaved: what Model.__init__ does with keyword arguments (a field's keyword, or its
     default; a relation's keyword through its descriptor), without its per-field lookups, which cost 9-12 µs
-    an instance here, three for each create. tests/test_rows.py compares the two on every protocol model."""
-    plan = _new_plan(model)
-    constants, factories, names = plan
+    an instance here, three for each create. A relation given its related instance (a task's `promise=`) is set
+    as its descriptor sets it (_relate), without the descriptor's checks that cannot fail here. tests/test_rows.py
+    compares the two on every protocol model, the related instance included."""
+    constants, factories, names, relations = _new_plan(model)
     if _signalled(model) or not names.issuperset(values):
         return model(**values)  # someone listens to its signals, or it raises Model.__init__'s TypeError
     instance = model.__new__(model)
@@ -621,22 +640,64 @@ def new(model, **values):
     for attname, factory in factories:
         attributes[attname] = factory()
     instance._state = ModelState()
+    related = None  # the keyword of a relation given its related instance: one at most
     for name, value in values.items():
-        setattr(instance, name, value)
+        if name not in relations:
+            setattr(instance, name, value)
+        elif related is not None or relations[name].attname in values:
+            return model(**values)  # the order of their setting would matter: Model.__init__'s own order
+        else:
+            related = name
+    if related is not None and not _relate(instance, relations[related], values[related]):
+        setattr(instance, related, values[related])
     return instance
+
+
+class _Relation(NamedTuple):
+    """A forward relation on one column (a ForeignKey or OneToOneField), as its descriptor sets it."""
+
+    model: type  # the related model: only an instance of exactly it is set here
+    attname: str  # the column's attribute (promise_id) and the related instance's that it takes (id)
+    target: str
+    cache_name: str  # the instance's cache of the related instance, and (a one-to-one) the related's of it
+    reverse_cache_name: str | None
+
+
+def _relate(instance, relation, value):
+    """What ForwardManyToOneDescriptor.__set__ (and ForwardOneToOneDescriptor's) does on a new instance, given the only
+    relation set on it, with no database router: the two instances take the related one's database, or the default
+    (Django's routing without routers), so allow_relation's comparison of their databases cannot refuse. False, with
+    nothing changed, for a value not of exactly the related model, or with a router: the caller goes through the
+    descriptor."""
+    if type(value) is not relation.model or router.routers:
+        return False
+    related = value._state
+    instance._state.db = related.db = related.db or DEFAULT_DB_ALIAS
+    instance.__dict__[relation.attname] = getattr(value, relation.target)
+    instance._state.fields_cache[relation.cache_name] = value
+    if relation.reverse_cache_name is not None:
+        related.fields_cache[relation.reverse_cache_name] = instance
+    return True
 
 
 @cache
 def _new_plan(model):
-    """(defaults that are values, (attname, default factory) pairs, the keywords Model.__init__ takes)."""
-    constants, factories, names = {}, [], set(model._meta._property_names)
+    """(defaults that are values, (attname, default factory) pairs, the keywords Model.__init__ takes, {name:
+    _Relation} of its forward relations on one column)."""
+    constants, factories, names, relations = {}, [], set(model._meta._property_names), {}
     for field in model._meta.concrete_fields:
         names.update((field.name, field.attname))
         if field.has_default() and callable(field.default):
             factories.append((field.attname, field.default))
         else:
             constants[field.attname] = field.get_default()
-    return constants, tuple(factories), frozenset(names)
+        one_column = isinstance(field, models.ForeignKey) and len(field.related_fields) == 1
+        if one_column and not field.remote_field.parent_link:  # a parent link's descriptor sets the pk's parents too
+            ((own, target),) = field.related_fields
+            reverse = None if field.remote_field.multiple else field.remote_field.cache_name
+            model_of = field.related_model
+            relations[field.name] = _Relation(model_of, own.attname, target.attname, field.cache_name, reverse)
+    return constants, tuple(factories), frozenset(names), relations
 
 
 def _signalled(model):

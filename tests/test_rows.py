@@ -1,5 +1,6 @@
 """floor.rows.prepare: the parameters the hot statements send are the ones Django's get_db_prep_save gives."""
 
+import functools
 import json
 
 import pytest
@@ -137,30 +138,84 @@ def test_a_json_column_reads_back_as_the_orm_reads_it(value):
 MODELS = [model for app in PROTOCOL_APPS for model in apps.get_app_config(app).get_models()]
 
 
-def instance_state(instance):
-    """What an instance holds: its attributes (a relation's cached object by identity), and its _state."""
+def instance_state(instance, related=None):
+    """What an instance holds: its attributes, its _state, and what it caches (a related instance by the keyword it
+    was given under); with `related` ({keyword: related instance}), what each of those holds too."""
+    roles = {id(instance): "the instance"} | {id(v): name for name, v in (related or {}).items()}
+
+    def cached(model_instance):
+        return {k: roles.get(id(v), id(v)) for k, v in model_instance._state.fields_cache.items()}
+
     attributes = {k: v for k, v in instance.__dict__.items() if k != "_state"}
-    cached = {k: id(v) for k, v in instance._state.fields_cache.items()}
-    return attributes, cached, instance._state.adding, instance._state.db
+    others = {name: (v._state.db, v._state.adding, cached(v)) for name, v in (related or {}).items()}
+    return attributes, cached(instance), instance._state.adding, instance._state.db, others
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda model: model.__name__)
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_new_builds_what_the_models_own_constructor_builds(model, data):
-    """rows.new(model, **values) against model(**values): every protocol model, any subset of its fields given."""
+    """rows.new(model, **values) against model(**values): every protocol model, any subset of its fields given, a
+    relation given as its key or as a related instance (new, or read from a database: then both refuse a relation
+    across two databases alike). Each builds with related instances of its own, equal to the other's, as a relation
+    changes the related instance (its database, its cache of the instance)."""
     fields = [field for field in model._meta.concrete_fields]
     chosen = data.draw(st.lists(st.sampled_from(fields), unique=True, max_size=len(fields)))
-    values = {}
+    values, relations = {}, {}
     for field in chosen:
         if isinstance(field, models.ForeignKey):  # given as the related instance, or as its key
-            related = field.related_model(pk=data.draw(st.text(min_size=1, max_size=4)))
-            by_instance = data.draw(st.booleans())
-            values[field.name if by_instance else field.attname] = related if by_instance else related.pk
+            key, db = data.draw(st.text(min_size=1, max_size=4)), data.draw(st.sampled_from([None, "default", "other"]))
+            if data.draw(st.booleans()):
+                relations[field.name] = (field.related_model, key, db)
+            else:
+                values[field.attname] = key
         else:
             values[field.attname] = data.draw(values_for(field))
 
-    assert instance_state(rows.new(model, **values)) == instance_state(model(**values))
+    def build(construct):
+        related = {}
+        for name, (related_model, key, db) in relations.items():
+            related[name] = related_model(pk=key)
+            related[name]._state.db = db
+        try:
+            return instance_state(construct(**values, **related), related)
+        except ValueError as refused:  # the database router refuses the relation
+            return "refused", str(refused)
+
+    assert build(functools.partial(rows.new, model)) == build(model)
+
+
+RELATIONS = [
+    (model, field) for model in MODELS for field in model._meta.concrete_fields if isinstance(field, models.ForeignKey)
+]
+
+
+@pytest.mark.parametrize(("model", "field"), RELATIONS, ids=lambda x: getattr(x, "__name__", getattr(x, "name", x)))
+def test_new_sets_a_relation_and_its_key_given_together_as_the_models_own_constructor_does(model, field):
+    """Model.__init__ sets the relation first, then the key given beside it (which drops the cached instance)."""
+
+    def build(construct):
+        related = field.related_model(pk="related")
+        return instance_state(construct(**{field.name: related, field.attname: "other"}), {field.name: related})
+
+    assert build(functools.partial(rows.new, model)) == build(model)
+
+
+class Refusing:
+    """A database router that refuses every relation."""
+
+    def allow_relation(self, obj1, obj2, **hints):
+        return False
+
+
+@pytest.mark.parametrize(("model", "field"), RELATIONS, ids=lambda x: getattr(x, "__name__", getattr(x, "name", x)))
+def test_new_leaves_a_relation_to_the_database_router_when_there_is_one(model, field):
+    from django.test import override_settings
+
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.Refusing"]):
+        for construct in (functools.partial(rows.new, model), model):
+            with pytest.raises(ValueError, match="router prevents this relation"):
+                construct(**{field.name: field.related_model(pk="related")})
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda model: model.__name__)
