@@ -139,7 +139,8 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     BEGIN and COMMIT would be two round trips of three.
     """
     attempts, reconnected, waiting_until = resonate_settings.DB_RETRIES, False, None
-    postgresql = connection.vendor == "postgresql"
+    kept = connections[DEFAULT_DB_ALIAS]  # `connection`, looked up once: each use of the proxy looks it up again
+    postgresql = kept.vendor == "postgresql"
     group = _group.get()
     attempt = 0
     while attempt < attempts:
@@ -150,13 +151,13 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
             if group is not None:  # one of several in a transaction that run_together commits
                 return group.in_savepoint(operation, args)
             if mode is Mode.AUTOCOMMIT and postgresql:
-                result = _collecting(operation, args)
+                result = _collecting(operation, args, kept=kept)
                 if result is None and ambiguous_none and reconnected:
                     raise Unavailable(f"{operation.__name__}: connection lost while its write may have committed")
                 return result
-            outermost = not connection.in_atomic_block  # a savepoint's writes are not the commit's to send
+            outermost = not kept.in_atomic_block  # a savepoint's writes are not the commit's to send
             with transaction.atomic(), rows.holding_for_commit() if outermost else contextlib.nullcontext():
-                result = _collecting(operation, args)
+                result = _collecting(operation, args, kept=kept)
                 committing = True
                 rows.commit_held()  # the writes held for the commit, with it (rows.at_commit)
             return result
@@ -295,9 +296,10 @@ def after_commit(hook, *items):
         collected.setdefault(hook, []).extend(items)
 
 
-def _collecting(operation, args, into=None):
+def _collecting(operation, args, into=None, kept=None):
     """operation(*args), with what it asks to be told after the commit registered once it has returned: each hook
-    once with all its items; or, `into` a dict, added there for the caller to register (Group)."""
+    once with all its items; or, `into` a dict, added there for the caller to register (Group). `kept`: the
+    database's connection, when the caller has looked it up."""
     collected = {}
     token = _collected.set(collected)
     try:
@@ -305,8 +307,16 @@ def _collecting(operation, args, into=None):
     finally:
         _collected.reset(token)
     if into is None:
-        for hook, items in collected.items():
-            transaction.on_commit(_safely(hook, items))
+        if collected:
+            kept = connections[DEFAULT_DB_ALIAS] if kept is None else kept
+            # As Django's on_commit: at once outside a transaction in autocommit (Mode.AUTOCOMMIT, one statement that
+            # has committed), without its look-ups and connection check; at the commit inside one.
+            at_once = kept.connection is not None and kept.autocommit and not kept.in_atomic_block
+            for hook, items in collected.items():
+                if at_once:
+                    _safely(hook, items)()
+                else:
+                    kept.on_commit(_safely(hook, items))
     else:
         for hook, items in collected.items():
             into.setdefault(hook, []).extend(items)

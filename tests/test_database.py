@@ -106,6 +106,41 @@ def test_the_messages_of_one_transaction_are_announced_to_the_deliverer_together
     assert [len(keys) for keys in notified] == [3]
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", list(Mode))
+@pytest.mark.parametrize("outcome", ["commits", "rolls back", "inside another's transaction"])
+def test_what_an_operation_asks_after_its_commit_runs_once_it_has_committed_and_never_otherwise(mode, outcome):
+    """after_commit's hooks run once the operation's writes are committed: before run_atomically returns when it
+    commits them itself (at once after its one statement in autocommit, on PostgreSQL), at the caller's commit
+    when it runs inside the caller's transaction, never when that rolls back; each hook once, with its items."""
+    from django.db import transaction
+
+    from floor.transactions import after_commit, run_atomically
+
+    heard = []
+
+    def operation():
+        rows.query("SELECT 1")
+        after_commit(heard.append, "a", "b")
+        after_commit(heard.append, "c")
+        if outcome == "rolls back":
+            raise RuntimeError("rolled back")
+        return "done"
+
+    if outcome == "rolls back":
+        with pytest.raises(RuntimeError):
+            run_atomically(operation, mode=mode)
+        assert heard == []
+    elif outcome == "commits":
+        assert run_atomically(operation, mode=mode) == "done"
+        assert heard == [["a", "b", "c"]]
+    else:
+        with transaction.atomic():
+            run_atomically(operation, mode=mode)
+            assert heard == []
+        assert heard == [["a", "b", "c"]]
+
+
 @pytest.fixture
 def through_proxy(pg_proxy):
     """This test's database connection goes through the fault proxy."""
