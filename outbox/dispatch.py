@@ -170,6 +170,9 @@ class Deliverer(threading.Thread):
 
     WAITING = 10_000  # announcements held while delivery is slow; beyond that, the delivery pass has them
     RECEIPTS_LINGER_S = 0.02  # how long receipts alone wait for more (linger)
+    PAUSE_TRUSTED_S = 0.1  # how long other threads act on debug.start's pause as this thread last read it
+    PAUSE_REREAD_S = 0.05  # how old a read of the pause this thread reads again (paused), by itself while asked
+    ASKED_S = 1.0  # how long after a request last asked about the pause this thread keeps its read fresh (run)
 
     def __init__(self, stopping=lambda: False, embedded=True):
         super().__init__(name="resonate-deliverer", daemon=True)
@@ -178,7 +181,9 @@ class Deliverer(threading.Thread):
         self.embedded = embedded
         self.keys = queue.Queue(self.WAITING)
         self.handoff = None if embedded else Handoff()
-        self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause, read at most every 100 ms
+        self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause as last read (paused)
+        self.pause_tried = float("-inf")  # when this thread last began reading it, whether or not it could
+        self.asked_at = float("-inf")  # when another thread last asked whether it was unpaused (unpaused_lately)
         self.hears_every_join = False  # see outbox.delivery.joins_heard
         self.joins_waiting = set()  # groups whose streams connected while delivery was paused (debug.start)
 
@@ -210,9 +215,10 @@ class Deliverer(threading.Thread):
     def nobody_listens(self, address):
         """Whether a message to this address, being written, finds no stream that could take it, as the hub knows
         without a round trip (hub().nobody_listens): then its attempt is recorded as it is written
-        (outbox.delivery.claim_on_write). Only while the deliverer has seen delivery unpaused within the last 100 ms,
-        as for hand_over: so every 100 ms at least one such message goes through this thread, which reads the pause
-        again, and reads the group every RedisHub.KNOWN_S."""
+        (outbox.delivery.claim_on_write). Only while the deliverer has seen delivery unpaused within PAUSE_TRUSTED_S,
+        as for hand_over: it reads the pause again by itself while asked (fresh_pause_in); otherwise the first such
+        message after a lapse goes through this thread, which reads it then. The hub reads the group every
+        RedisHub.KNOWN_S."""
         if not self.unpaused_lately() or parse_poll_address(address) is None:
             return False
         try:
@@ -233,7 +239,7 @@ class Deliverer(threading.Thread):
         next_pass = time.monotonic() if self.embedded else float("inf")
         while not self.stopping():
             try:
-                keys = self.keys.get(timeout=min(max(0.0, next_pass - time.monotonic()), 3600))
+                keys = self.keys.get(timeout=min(max(0.0, next_pass - time.monotonic()), self.fresh_pause_in(), 3600))
             except queue.Empty:
                 keys = []
             while 0 < len(keys) < BATCH:  # take what else was announced meanwhile, in one go
@@ -268,7 +274,7 @@ class Deliverer(threading.Thread):
     def hand_over(self, announced):
         """On the thread that committed them: hand the messages bound for a stream of this process to it at once, and
         return the others, for this thread (wake). Only poll:// messages claimed as they were written, with their
-        claim still held, and only while the deliverer has seen delivery unpaused within the last 100 ms.
+        claim still held, and only while the deliverer has seen delivery unpaused within PAUSE_TRUSTED_S.
 
         The stream is chosen as the deliverer would choose it, among the members of its group as last read
         (hub().take_here: no round trip). A message handed over is as one the deliverer found taken: nothing is
@@ -315,14 +321,28 @@ class Deliverer(threading.Thread):
         return items
 
     def unpaused_lately(self):
-        """Whether this thread has seen delivery unpaused within the last 100 ms: what another thread may act on
+        """Whether this thread has seen delivery unpaused within PAUSE_TRUSTED_S: what another thread may act on
         without asking the database (hand_over, nobody_listens)."""
+        now = time.monotonic()
+        self.asked_at = now
         at, paused = self.pause_read
-        return not paused and time.monotonic() - at <= 0.1
+        return not paused and now - at <= self.PAUSE_TRUSTED_S
+
+    def fresh_pause_in(self):
+        """Seconds until this thread reads the pause again by itself (run): while other threads ask about it, before
+        their trust in its last read lapses. Every message written in the gap would come to this thread to be
+        recorded, a statement and a wake-up (at 1,000 creates a second, one batch every 100 ms). Not while asked
+        no more, nor after a read that failed (the database away: the next batch tries again)."""
+        now = time.monotonic()
+        at = self.pause_read[0]
+        if now - self.asked_at > self.ASKED_S or at < self.pause_tried:
+            return float("inf")
+        return max(0.0, at + self.PAUSE_REREAD_S - now)
 
     def paused(self):
         at, paused = self.pause_read
-        if time.monotonic() - at > 0.1:
+        if time.monotonic() - at > self.PAUSE_REREAD_S:
+            self.pause_tried = time.monotonic()
             try:
                 paused = Pause.is_paused()
             except (OperationalError, InterfaceError):

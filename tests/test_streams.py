@@ -366,6 +366,83 @@ def test_receipts_that_arrive_within_the_linger_are_recorded_in_one_statement(mo
     assert recorded == [[dispatch.Written("a", 1), dispatch.Written("b", 2)]]
 
 
+def deliverer_reading_the_pause(monkeypatch, answers):
+    """A production deliverer, running, whose reads of the pause are counted: each answers the next of `answers`
+    (False: running; an exception: raised), the last one over and over."""
+    from outbox import dispatch
+
+    reads = []
+
+    def is_paused():
+        reads.append(time.monotonic())
+        answer = answers[min(len(reads), len(answers)) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(dispatch.Pause, "is_paused", is_paused)
+    running = dispatch.Deliverer(embedded=False)
+    # Wider than the defaults (100, 50 ms and 1 s), for a machine busy with other tests: the same proportions.
+    monkeypatch.setattr(running, "PAUSE_TRUSTED_S", 0.3)
+    monkeypatch.setattr(running, "PAUSE_REREAD_S", 0.1)
+    monkeypatch.setattr(running, "ASKED_S", 0.4)
+    threading.Thread(target=running.run, daemon=True).start()
+    return running, reads
+
+
+def test_the_deliverer_reads_the_pause_again_before_the_requests_asking_about_it_stop_trusting_its_read(monkeypatch):
+    """While requests ask whether delivery runs (to claim, and record as unreached, what they write), the deliverer
+    reads the pause again every PAUSE_REREAD_S, so their answer never lapses under steady load (each lapse sent a
+    batch to the deliverer to record); once nobody asks for ASKED_S it stops reading."""
+    running, reads = deliverer_reading_the_pause(monkeypatch, [False])
+    try:
+        first = running.unpaused_lately()  # never read: not trusted; the message would go to the deliverer
+        running.wake([])  # as that message would
+        deadline = time.monotonic() + 5
+        while not running.unpaused_lately() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        answers, until = [], time.monotonic() + 0.6
+        while time.monotonic() < until:  # a request every 5 ms
+            answers.append(running.unpaused_lately())
+            time.sleep(0.005)
+        read_while_asked = len(reads)
+        time.sleep(running.ASKED_S + 0.3)
+        read_after = len(reads)
+        time.sleep(0.3)
+    finally:
+        running.stopped.set()
+        running.wake([])
+
+    assert first is False
+    assert all(answers), answers.count(False)
+    gaps = [later - earlier for earlier, later in zip(reads, reads[1:read_while_asked], strict=False)]
+    assert 4 <= read_while_asked <= 15 and max(gaps) < running.PAUSE_TRUSTED_S, gaps
+    assert len(reads) == read_after <= read_while_asked + running.ASKED_S / running.PAUSE_REREAD_S + 1
+
+
+def test_the_deliverer_does_not_read_the_pause_again_by_itself_after_a_read_that_failed(monkeypatch):
+    """The database away: the next batch tries again, rather than this thread every PAUSE_REREAD_S (a warning each)."""
+    from django.db import OperationalError
+
+    gone = OperationalError("gone")
+    running, reads = deliverer_reading_the_pause(monkeypatch, [False, gone])  # read, then the database gone
+    try:
+        running.unpaused_lately()
+        running.wake([])
+        deadline = time.monotonic() + 5
+        while len(reads) < 3 and time.monotonic() < deadline:  # the read, then one that failed twice
+            running.unpaused_lately()
+            time.sleep(0.005)
+        for _ in range(80):  # still asked, for 400 ms
+            running.unpaused_lately()
+            time.sleep(0.005)
+    finally:
+        running.stopped.set()
+        running.wake([])
+
+    assert len(reads) == 3  # the read that failed was tried twice (on a new connection), and not again by itself
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_process_deliverer_records_what_its_streams_have_written(memory_hub, settings, monkeypatch):
     from outbox import dispatch
