@@ -657,8 +657,8 @@ class _Relation(NamedTuple):
     """A forward relation on one column (a ForeignKey or OneToOneField), as its descriptor sets it."""
 
     model: type  # the related model: only an instance of exactly it is set here
-    attname: str  # the column's attribute (promise_id) and the related instance's that it takes (id)
-    target: str
+    attname: str  # the column's attribute (promise_id)
+    target: str  # the related instance's attribute that the column takes (id)
     cache_name: str  # the instance's cache of the related instance, and (a one-to-one) the related's of it
     reverse_cache_name: str | None
 

@@ -341,8 +341,8 @@ class Deliverer(threading.Thread):
 
     def paused(self):
         at, paused = self.pause_read
-        if time.monotonic() - at > self.PAUSE_REREAD_S:
-            self.pause_tried = time.monotonic()
+        if (now := time.monotonic()) - at > self.PAUSE_REREAD_S:
+            self.pause_tried = now
             try:
                 paused = Pause.is_paused()
             except (OperationalError, InterfaceError):

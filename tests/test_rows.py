@@ -188,9 +188,10 @@ def test_new_builds_what_the_models_own_constructor_builds(model, data):
 RELATIONS = [
     (model, field) for model in MODELS for field in model._meta.concrete_fields if isinstance(field, models.ForeignKey)
 ]
+RELATION_IDS = [f"{model.__name__}.{field.name}" for model, field in RELATIONS]
 
 
-@pytest.mark.parametrize(("model", "field"), RELATIONS, ids=lambda x: getattr(x, "__name__", getattr(x, "name", x)))
+@pytest.mark.parametrize(("model", "field"), RELATIONS, ids=RELATION_IDS)
 def test_new_sets_a_relation_and_its_key_given_together_as_the_models_own_constructor_does(model, field):
     """Model.__init__ sets the relation first, then the key given beside it (which drops the cached instance)."""
 
@@ -208,7 +209,7 @@ class Refusing:
         return False
 
 
-@pytest.mark.parametrize(("model", "field"), RELATIONS, ids=lambda x: getattr(x, "__name__", getattr(x, "name", x)))
+@pytest.mark.parametrize(("model", "field"), RELATIONS, ids=RELATION_IDS)
 def test_new_leaves_a_relation_to_the_database_router_when_there_is_one(model, field):
     from django.test import override_settings
 
