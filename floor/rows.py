@@ -151,10 +151,26 @@ class _Kept:
         from psycopg.adapt import Transformer
 
         self.raw, self.several, self.one, self.pgconn = raw, raw.cursor(), Cursor(raw), raw.pgconn
-        self.transformer = Transformer(raw)  # dumps parameters and loads rows as the cursors' own would
+        _binding_ints_as_bigint(self.one.adapters)  # the cursor's own copy of the connection's adapters
+        self.transformer = Transformer(self.one)  # dumps parameters and loads rows as that cursor would
         self.generators = generators  # psycopg's exchanges with the server, which raw.wait runs
         self.prepared = {}  # (SQL, its parameters' types): its name once prepared, else the times it has run
         self.names = 0
+
+
+def _binding_ints_as_bigint(adapters):
+    """Bind every int as a bigint, what the hot statements' integer columns and arithmetic expect. psycopg binds an
+    int as the smallest type that holds its value (a version of 1 as a smallint), so Django wraps each integer field's
+    value in the wrapper of its column's type (Int8, Int4, Int2), and psycopg then binds it so; a wrapper built by its
+    own Python __new__, six per row, was 2.3% of a promise.create's time (bench/HISTORY.md, 2026-12-06 evening). With
+    a bigint for every int, `prepare` passes ints as they are: a smaller column takes a bigint by PostgreSQL's
+    assignment cast, as it takes a literal. Only the kept cursors bind so; a client-side cursor writes a literal."""
+    from psycopg.adapt import PyFormat
+    from psycopg.types.numeric import Int8
+
+    assert adapters.get_dumper(Int8, PyFormat.AUTO) is adapters.get_dumper(Int8, PyFormat.BINARY)
+    adapters.register_dumper(int, adapters.get_dumper(Int8, PyFormat.TEXT))
+    adapters.register_dumper(int, adapters.get_dumper(Int8, PyFormat.BINARY))  # the last registered: AUTO's
 
 
 def _kept_on(connection):
@@ -431,7 +447,9 @@ def prepare(field, value, connection):
 
     Django's own call costs a few µs a field through its chain of methods, and a create writes 31 fields. For the
     values the hot tables hold (str, int, bool, JSON), the same parameter comes from one function picked once per
-    field and vendor; anything else goes through the field's own method. tests/test_rows.py checks both paths give
+    field and vendor; anything else goes through the field's own method. One difference on PostgreSQL: an integer
+    stays an int, without the wrapper of its column's type (Int8, Int4, Int2), as the cursors that bind it
+    server-side bind every int as a bigint (_binding_ints_as_bigint). tests/test_rows.py checks both paths give
     the same parameters for every concrete field of the protocol's models.
     """
     return _preparer(field.model, field.attname, connection.vendor)(value, connection)
@@ -467,29 +485,15 @@ def _preparer(model, attname, vendor):
 
         boolean.passes = frozenset({bool, type(None)})
         return boolean
-    if vendor == "postgresql" and kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
-        from django.db.backends.postgresql.operations import DatabaseOperations
+    if kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
 
-        wrapped = DatabaseOperations.integerfield_type_map[kind]  # what adapt_integerfield_value wraps it in
-
-        def integer(value, connection):
-            if value is None:
-                return None
-            if type(value) is int:
-                return wrapped(value)
-            # an int subclass (an IntegerChoices member, a bool): get_prep_value's int() of it
-            return wrapped(int(value)) if isinstance(value, int) else slow(value, connection)
-
-        return integer
-    if vendor == "sqlite" and kind in _INTEGERS and type(own).get_prep_value is models.IntegerField.get_prep_value:
-
-        def integer_sqlite(value, connection):  # adapt_integerfield_value passes it as it is here
+        def integer(value, connection):  # on PostgreSQL the kept cursors bind it as a bigint (_binding_ints_as_bigint)
             if type(value) is int or value is None:
                 return value
             return int(value) if isinstance(value, int) else slow(value, connection)  # as get_prep_value's int()
 
-        integer_sqlite.passes = frozenset({int, type(None)})
-        return integer_sqlite
+        integer.passes = frozenset({int, type(None)})
+        return integer
     if vendor == "sqlite" and kind == "JSONField" and own.encoder is None and _plain_json(own):
 
         def json_text(value, connection):  # as adapt_json_value, in orjson's text (_dumps); None is SQL NULL

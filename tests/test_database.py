@@ -790,6 +790,19 @@ def test_a_statement_prepared_by_name_answers_what_psycopg_s_cursor_answers(hist
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_the_hot_paths_bind_every_int_as_a_bigint_before_and_after_the_statement_is_prepared():
+    """The rows' integers go unwrapped (rows.prepare): psycopg alone would bind 1 as a smallint, and 32767 + 1 would
+    overflow. Both the cursor that runs a statement until it is prepared and the prepared path bind a bigint."""
+    sql = "SELECT pg_typeof(%s)::text, %s + 1, pg_typeof(%s)::text"
+    connection.ensure_connection()
+    runs = connection.connection.prepare_threshold + 2
+    for n in range(runs):
+        assert rows.query(sql, [1, 32767, 2**40 + n]) == [("bigint", 32768, "bigint")], n
+    assert prepared_by_name(sql)  # the last runs took the prepared path
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_an_error_of_a_statement_prepared_by_name_is_django_s_and_its_transaction_rolls_back():
     from django.db import DataError, IntegrityError, transaction
 
