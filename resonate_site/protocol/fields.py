@@ -1,5 +1,6 @@
 """Strict DRF fields for the protocol: JSON types are checked, never coerced (decision D3)."""
 
+import functools
 from urllib.parse import urlsplit
 
 from rest_framework import serializers
@@ -85,6 +86,7 @@ class StringMap(serializers.Field):
         return value
 
 
+@functools.lru_cache(maxsize=1024)  # a function of the text alone; a worker group's few addresses come again and again
 def address_error(address):
     """Why `address` is not one the server can deliver to, or None if it is fine (decision D3)."""
     try:
