@@ -635,7 +635,7 @@ def new(model, **values):
     an instance here, three for each create. A relation given its related instance (a task's `promise=`) is set
     as its descriptor sets it (_relate), without the descriptor's checks that cannot fail here. tests/test_rows.py
     compares the two on every protocol model, the related instance included."""
-    constants, factories, names, relations = _new_plan(model)
+    constants, factories, names, relations, plain = _new_plan(model)
     if _signalled(model) or not names.issuperset(values):
         return model(**values)  # someone listens to its signals, or it raises Model.__init__'s TypeError
     instance = model.__new__(model)
@@ -644,6 +644,9 @@ def new(model, **values):
     for attname, factory in factories:
         attributes[attname] = factory()
     instance._state = ModelState()
+    if plain.issuperset(values):  # what setattr would do for each: no descriptor of the class takes them
+        attributes.update(values)
+        return instance
     related = None  # the keyword of a relation given its related instance: one at most
     for name, value in values.items():
         if name not in relations:
@@ -687,7 +690,9 @@ def _relate(instance, relation, value):
 @cache
 def _new_plan(model):
     """(defaults that are values, (attname, default factory) pairs, the keywords Model.__init__ takes, {name:
-    _Relation} of its forward relations on one column)."""
+    _Relation} of its forward relations on one column, the keywords that setattr puts in the instance's __dict__ as
+    they are: a field's attname that no data descriptor of the class (a relation's, a property, a key's
+    ForeignKeyDeferredAttribute) takes)."""
     constants, factories, names, relations = {}, [], set(model._meta._property_names), {}
     for field in model._meta.concrete_fields:
         names.update((field.name, field.attname))
@@ -701,7 +706,15 @@ def _new_plan(model):
             reverse = None if field.remote_field.multiple else field.remote_field.cache_name
             model_of = field.related_model
             relations[field.name] = _Relation(model_of, own.attname, target.attname, field.cache_name, reverse)
-    return constants, tuple(factories), frozenset(names), relations
+    plain = frozenset(f.attname for f in model._meta.concrete_fields if not _data_descriptor(model, f.attname))
+    return constants, tuple(factories), frozenset(names), relations, plain
+
+
+def _data_descriptor(model, name):
+    """Whether setting this attribute on an instance goes through its class: a data descriptor found on the class
+    (setattr looks there first)."""
+    found = next((vars(klass)[name] for klass in model.__mro__ if name in vars(klass)), None)
+    return hasattr(type(found), "__set__") or hasattr(type(found), "__delete__")
 
 
 def _signalled(model):
