@@ -65,8 +65,7 @@ class _CursorOf:
         connection = self.connection
         if _keeps_cursors(connection):
             kept = _kept_on(connection)
-            with connection.wrap_database_errors:
-                opening = opens_transaction(kept.raw)
+            opening = opens_transaction(kept.raw)  # attributes of the connection object: no error of the database
             if self.single:
                 return _Single(kept, opening)
             return _Opening(kept.several, kept.raw) if opening else kept.several
