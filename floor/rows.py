@@ -161,7 +161,7 @@ def _binding_ints_as_bigint(adapters):
     """Bind every int as a bigint, what the hot statements' integer columns and arithmetic expect. psycopg binds an
     int as the smallest type that holds its value (a version of 1 as a smallint), so Django wraps each integer field's
     value in the wrapper of its column's type (Int8, Int4, Int2), and psycopg then binds it so; a wrapper built by its
-    own Python __new__, six per row, was 2.3% of a promise.create's time (bench/HISTORY.md, 2026-12-06 evening). With
+    own Python __new__, six per row, was 2.3% of a promise.create's time (bench/HISTORY.md, 2026-12-06 (17:00)). With
     a bigint for every int, `prepare` passes ints as they are: a smaller column takes a bigint by PostgreSQL's
     assignment cast, as it takes a literal. Only the kept cursors bind so; a client-side cursor writes a literal."""
     from psycopg.adapt import PyFormat
