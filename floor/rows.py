@@ -163,7 +163,9 @@ def _binding_ints_as_bigint(adapters):
     value in the wrapper of its column's type (Int8, Int4, Int2), and psycopg then binds it so; a wrapper built by its
     own Python __new__, six per row, was 2.3% of a promise.create's time (bench/HISTORY.md, 2026-12-06 (17:00)). With
     a bigint for every int, `prepare` passes ints as they are: a smaller column takes a bigint by PostgreSQL's
-    assignment cast, as it takes a literal. Only the kept cursors bind so; a client-side cursor writes a literal."""
+    assignment cast, as it takes a literal. Only the kept cursors bind so; a client-side cursor writes a literal. A
+    statement sent server-side that passes an int to a function taking an integer (substr) casts it there: PostgreSQL
+    narrows a bigint argument only when told to (the drop of unheard messages calls substr, bound client-side)."""
     from psycopg.adapt import PyFormat
     from psycopg.types.numeric import Int8
 
