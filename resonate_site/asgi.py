@@ -38,7 +38,14 @@ from floor.conf import resonate_settings  # noqa: E402
 from floor.transactions import close_if_old, database_troubled, run_together  # noqa: E402
 from outbox.hub import hub  # noqa: E402
 from resonate_site.auth import refuse_unprotected  # noqa: E402
-from resonate_site.serving import NOSNIFF, ProtocolThreads, deadlines, header, watch_parent  # noqa: E402
+from resonate_site.serving import (  # noqa: E402
+    NOSNIFF,
+    ProtocolThreads,
+    deadlines,
+    freeze_startup_heap,
+    header,
+    watch_parent,
+)
 
 log = logging.getLogger(__name__)
 STREAM_PREFIXES = ("/poll/",)
@@ -84,11 +91,13 @@ async def application(scope, receive, send):
 
 
 async def lifespan(receive, send):
-    """Startup: connect to the hub (it reconnects by itself while Redis is away). Nothing to do at shutdown."""
+    """Startup: connect to the hub (it reconnects by itself while Redis is away), then leave what start-up built out
+    of garbage collection (freeze_startup_heap). Nothing to do at shutdown."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             hub().start()
+            freeze_startup_heap()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})

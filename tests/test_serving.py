@@ -443,3 +443,35 @@ def test_a_gathered_request_cancelled_before_its_batch_ran_is_skipped_by_its_ans
 
     assert asyncio.run(scenario()) == (("kept", "together", True), True)
     assert batches == [["gone", "kept"]]  # its work was done: the client had gone, as with a thread
+
+
+def test_a_server_process_leaves_what_its_start_up_built_out_of_garbage_collection():
+    """resonate_site.asgi's lifespan freezes the start-up heap once the hub is started (freeze_startup_heap): a full
+    collection then walks only what came after, not the 100,000 objects of Django and the libraries."""
+    import gc
+
+    from resonate_site.asgi import lifespan
+
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent = []
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        if message["type"] == "lifespan.startup.complete":
+            sent.append(gc.get_freeze_count())
+        else:
+            sent.append(message["type"])
+
+    gc.unfreeze()
+    try:
+        asyncio.run(lifespan(receive, send))
+        assert sent[1] == "lifespan.shutdown.complete"
+        assert sent[0] > 10_000  # frozen by the time the server says it has started
+        garbage = [[]]
+        garbage[0].append(garbage)  # a cycle made after start-up is still collected
+        del garbage
+        assert gc.collect() >= 1
+    finally:
+        gc.unfreeze()
