@@ -10,7 +10,10 @@ under `manage.py serve` (uvicorn picks uvloop when it is installed; --loop async
 runs of this script before 2026-12-02's fourth session used); --path django
 sends it through Django's WSGI handler instead (middleware, the DRF view: the path the test client and
 WSGI servers use). Not counted: the HTTP parsing of uvicorn, the delivery of the messages a request
-writes (the deliverer thread of a server process), and the database server's own instructions.
+writes (the deliverer thread of a server process), and the database server's own instructions. The start-up
+heap is frozen before the count, as a server process freezes it (resonate_site.serving.freeze_startup_heap):
+before 2026-12-06 a full garbage collection falling in the longer run put a count 20% high now and then. A count
+still lands low now and then (something of the background falling in the shorter run): repeat one before trusting it.
 Needs valgrind (apt-get install valgrind).
 """
 
@@ -129,6 +132,9 @@ def child(operation, n, path, loop_kind):
         call = asgi_caller(loop_kind)
     for body in requests(operation, 3, f"{run}-warm"):
         call(body)  # warm caches on ids of their own
+    from resonate_site.serving import freeze_startup_heap
+
+    freeze_startup_heap()  # as a server process does once started: no full collection walks 100,000 objects mid-count
     bodies = list(requests(operation, n, run))
     for body in bodies:
         answer = call(body)
