@@ -8,6 +8,7 @@ fill without a default. Migrations released before this rule are listed below an
 import importlib
 import shutil
 import sys
+import warnings
 from io import StringIO
 from pathlib import Path
 
@@ -111,3 +112,27 @@ def test_the_check_fails_on_a_migration_the_previous_release_cannot_run_beside(t
 def migration_names(app):
     module = importlib.import_module(f"{app}.migrations")
     return [path.stem for path in Path(module.__path__[0]).glob("[0-9]*.py")]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_not_null_column_without_a_database_default_is_warned_of_only_on_a_table_holding_rows():
+    """A first migrate (every table empty) prints no warning for django-celery-beat's NOT NULL columns; the same
+    column added to a table that holds rows is still warned of (floor/postgresql/base.py)."""
+    from django.db import connection, models
+    from django_celery_beat.models import ClockedSchedule, IntervalSchedule
+    from django_zero_downtime_migrations.backends.postgres.schema import UnsafeOperationWarning
+
+    IntervalSchedule.objects.create(every=1, period=IntervalSchedule.SECONDS)
+
+    def warnings_adding_a_column_to(model):
+        column = models.IntegerField(default=0)
+        column.set_attributes_from_name("added_here")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with connection.schema_editor() as editor:  # rolled back with the test's transaction
+                editor.add_field(model, column)
+        return [warning for warning in seen if issubclass(warning.category, UnsafeOperationWarning)]
+
+    assert warnings_adding_a_column_to(ClockedSchedule) == []
+    assert len(warnings_adding_a_column_to(IntervalSchedule)) == 1
