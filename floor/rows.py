@@ -955,12 +955,14 @@ def _setting(model, attnames, count):
 def taking(model, column, values, *returned):
     """DELETE the model's rows whose `column` is one of `values`, returning the `returned` columns of each (or, with
     none named, nothing: a Statement at_commit can hold)."""
+    return Statement(_taking(model, column, len(values), returned), list(values), returns=bool(returned))
+
+
+@cache
+def _taking(model, column, count, returned):
     returning = f" RETURNING {', '.join(quote(c) for c in returned)}" if returned else ""
-    return Statement(
-        f"DELETE FROM {quote(model._meta.db_table)} WHERE {quote(column)} IN ({placeholders(values)}){returning}",
-        list(values),
-        returns=bool(returned),
-    )
+    table, where = quote(model._meta.db_table), ", ".join(["%s"] * count)
+    return f"DELETE FROM {table} WHERE {quote(column)} IN ({where}){returning}"
 
 
 def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
@@ -1167,6 +1169,7 @@ def _with(model, joined, conditions):
     return f"{' UNION ALL '.join([first, *rest])} ORDER BY 1, {position}"
 
 
+@cache
 def columns(model):
     """The model's column list, in field order, for hand-written statements that return its rows."""
     return ", ".join(quote(f.column) for f in model._meta.concrete_fields)

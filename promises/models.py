@@ -1,6 +1,7 @@
 """Durable promises, the callbacks that wake their awaiters, and the listeners they notify."""
 
 import copy
+from functools import cache
 
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
@@ -248,11 +249,13 @@ class Callback(models.Model):
         Callbacks among the settled promises themselves are left to taking them as awaited (take_registrations):
         the two steps never touch the same row.
         """
-        table, where = rows.quote(cls._meta.db_table), rows.placeholders(settled_ids)
-        return rows.Statement(
-            f'DELETE FROM {table} WHERE "awaiter_id" IN ({where}) AND "awaited_id" NOT IN ({where})',
-            [*settled_ids, *settled_ids],
-        )
+        return rows.Statement(cls._scrubbing(len(settled_ids)), [*settled_ids, *settled_ids])
+
+    @classmethod
+    @cache
+    def _scrubbing(cls, count):
+        table, where = rows.quote(cls._meta.db_table), ", ".join(["%s"] * count)
+        return f'DELETE FROM {table} WHERE "awaiter_id" IN ({where}) AND "awaited_id" NOT IN ({where})'
 
     @classmethod
     def among(cls, ids):
@@ -303,11 +306,15 @@ def registered_on(promise_id):
     written and taken under that lock, so the answer holds until the transaction ends. Asked in the locking
     statement itself, it would come from the snapshot taken before the lock was waited for.
     """
+    return _registered_on(), [promise_id, promise_id]
+
+
+@cache
+def _registered_on():
     listener, callback = (rows.quote(m._meta.db_table) for m in (Listener, Callback))
     return (
         f'SELECT NULL WHERE EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
-        f' UNION ALL SELECT "awaiter_id" FROM {callback} WHERE "awaited_id" = %s',
-        [promise_id, promise_id],
+        f' UNION ALL SELECT "awaiter_id" FROM {callback} WHERE "awaited_id" = %s'
     )
 
 
@@ -316,12 +323,16 @@ def live_and_unregistered(promise_id, now):
     than `now`, and has nothing registered on it (registered_on finds nothing): asked once its lock is held, as
     registered_on is. A promise created after `now` (by a request that arrived later but committed first) is settled
     by engine.settle, at its creation's time."""
+    return _live_and_unregistered(), [promise_id, PromiseState.PENDING, now, now, promise_id, promise_id]
+
+
+@cache
+def _live_and_unregistered():
     promise, listener, callback = (rows.quote(m._meta.db_table) for m in (Promise, Listener, Callback))
     return (
         f'SELECT 1 FROM {promise} WHERE "id" = %s AND "state" = %s AND "timeout_at" > %s AND "created_at" <= %s'
         f' AND NOT EXISTS (SELECT 1 FROM {listener} WHERE "promise_id" = %s)'
-        f' AND NOT EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)',
-        [promise_id, PromiseState.PENDING, now, now, promise_id, promise_id],
+        f' AND NOT EXISTS (SELECT 1 FROM {callback} WHERE "awaited_id" = %s)'
     )
 
 
@@ -341,22 +352,21 @@ def awaiters_of(promise_id, task_model, lock):
     lock is held, in the same round trip (rows.lock_then_query): its callbacks cannot change until the
     transaction ends, and the tasks are read once their promises' locks are held. The promise itself, were it
     among its own awaiters, is left out: settling it fulfils its task, which then has nothing to resume."""
+    promises, tasks = _awaiters_of(task_model, lock)
+    return [(promises, [promise_id, promise_id]), (tasks, [promise_id, promise_id])]
+
+
+@cache
+def _awaiters_of(task_model, lock):
     awaiting = (
         f'SELECT "awaiter_id" FROM {rows.quote(Callback._meta.db_table)} WHERE "awaited_id" = %s AND "awaiter_id" <> %s'
     )
     key = rows.quote(Promise._meta.pk.column)
-    return [
-        (
-            f"SELECT {rows.columns(Promise)} FROM {rows.quote(Promise._meta.db_table)} WHERE {key} IN ({awaiting})"
-            f" ORDER BY {key} DESC{lock}",
-            [promise_id, promise_id],
-        ),
-        (
-            f"SELECT {rows.columns(task_model)} FROM {rows.quote(task_model._meta.db_table)}"
-            f' WHERE "id" IN ({awaiting})',
-            [promise_id, promise_id],
-        ),
-    ]
+    return (
+        f"SELECT {rows.columns(Promise)} FROM {rows.quote(Promise._meta.db_table)} WHERE {key} IN ({awaiting})"
+        f" ORDER BY {key} DESC{lock}",
+        f'SELECT {rows.columns(task_model)} FROM {rows.quote(task_model._meta.db_table)} WHERE "id" IN ({awaiting})',
+    )
 
 
 def registrations(listened, awaited):
