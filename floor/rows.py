@@ -7,6 +7,7 @@ callers keep working with models. Values become parameters as each field's own g
 (`prepare`), by a shorter path for the field types the hot tables use.
 """
 
+import asyncio
 import contextvars
 import json
 import operator
@@ -25,6 +26,24 @@ from django.db.models.signals import post_init, pre_init
 from floor import functions, telemetry
 
 DEFAULT = "default"
+
+
+_connections = threading.local()  # per thread: {database alias: its connection object}
+
+
+def connection_of(using=DEFAULT):
+    """connections[using]: this thread's connection object of that database, looked up once per thread.
+
+    Django keeps a thread's connection object for the thread's life (closing the connection keeps the object), but
+    each lookup goes through asgiref's Local, which raises and catches an exception to learn that no event loop runs
+    in the thread: about 1 µs, and a task.fulfill made 14 of them. Where an event loop runs in the thread (async
+    code, whose connections are kept per task), the lookup is Django's."""
+    if asyncio._get_running_loop() is None:
+        found = _connections.__dict__.get(using)
+        if found is None:
+            found = _connections.__dict__[using] = connections[using]
+        return found
+    return connections[using]
 
 
 _kept = threading.local()  # per thread: {database alias: _Kept}
@@ -254,7 +273,7 @@ def at_commit(statements, using=DEFAULT):
     watched connection, no transaction), they run now."""
     assert not any(statement.returns for statement in statements)
     held = _held.get()
-    if held is None or not _keeps_cursors(connections[using]):
+    if held is None or not _keeps_cursors(connection_of(using)):
         run_all(statements, using)
     else:
         held.extend(statements)
@@ -264,7 +283,7 @@ def commit_held(using=DEFAULT):
     """Send the held writes, if any, followed by COMMIT, in one round trip (send_all). The transaction has then
     ended (Django's commit finds nothing to do: psycopg skips COMMIT once the server reports no transaction)."""
     if _held.get():
-        _send_held(connections[using], commit=True)
+        _send_held(connection_of(using), commit=True)
 
 
 def _send_held(connection, commit=False):
@@ -728,7 +747,7 @@ def _signalled(model):
 
 def fetch(model, pk, lock=False, using=DEFAULT):
     """The row with this primary key as a model instance, or None; `lock` takes its row lock."""
-    connection = connections[using]
+    connection = connection_of(using)
     sql = _select(model, model._meta.pk.column, _locks(connection, lock))
     with cursor_of(connection, single=True) as cursor:
         cursor.execute(sql, [pk])
@@ -741,7 +760,7 @@ def fetch_all(model, pks, lock=False, descending=False, using=DEFAULT):
     pks = sorted(set(pks))
     if not pks:
         return []
-    connection = connections[using]
+    connection = connection_of(using)
     with cursor_of(connection, single=True) as cursor:
         cursor.execute(_select_all(model, len(pks), descending, _locks(connection, lock)), pks)
         rows = cursor.fetchall()
@@ -755,7 +774,7 @@ def reading(model, pks):
 
 def instances(model, found, using=DEFAULT):
     """Rows the model's columns were read for (as `reading` reads them), as model instances."""
-    connection = connections[using]
+    connection = connection_of(using)
     return [_instance(model, row, connection, using) for row in found]
 
 
@@ -774,7 +793,7 @@ def run_all_then_lock(statements, model, pks, reads, using=DEFAULT):
     """run_all(statements), then lock_then_query(model, pks, reads): ([the rows of each statement], [locked
     instances], [the rows of each read]). On PostgreSQL all in one round trip (send_all): the locks are
     asked for once the statements' writes are done, and the reads start once the locks are held."""
-    if connections[using].vendor != "postgresql":
+    if connection_of(using).vendor != "postgresql":
         return (run_all(statements, using), *lock_then_query(model, pks, reads, using))
     return _locking_reads(model, pks, reads, statements, using)
 
@@ -782,7 +801,7 @@ def run_all_then_lock(statements, model, pks, reads, using=DEFAULT):
 def _locking_reads(model, pks, reads, first, using):
     """lock_then_query, after the statements `first` (PostgreSQL only): (their rows or None, locked, found)."""
     pks = sorted(set(pks))
-    connection = connections[using]
+    connection = connection_of(using)
     locking = _select_all(model, len(pks), True, _locks(connection, True))
     if connection.vendor != "postgresql":
         with cursor_of(connection) as cursor:
@@ -837,13 +856,13 @@ def insert_all(instances, on_conflict=None, using=DEFAULT):
     if not instances:
         return
     sql, params, _ = inserting(instances, on_conflict, using)
-    with cursor_of(connections[using], single=True) as cursor:
+    with cursor_of(connection_of(using), single=True) as cursor:
         cursor.execute(sql, params)
 
 
 def inserting(instances, on_conflict=None, using=DEFAULT):
     """insert_all as a Statement, for run_all; the instances count as saved from here."""
-    connection = connections[using]
+    connection = connection_of(using)
     model = type(instances[0])
     fields, _ = _fields(model)
     row = f"({', '.join(['%s'] * len(fields))})"
@@ -866,7 +885,7 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     snapshot was taken is neither inserted over nor seen; the statement then runs again, with a fresh
     snapshot. Elsewhere: a read, then the INSERTs (the caller holds a transaction).
     """
-    connection = connections[using]
+    connection = connection_of(using)
     model = type(instance)
     if connection.vendor != "postgresql":  # SQLite: the caller's transaction holds the one writer
         with cursor_of(connection) as cursor:
@@ -904,7 +923,7 @@ def _insert_unless_key(model):
 
 @cache
 def _insert_unless_exists(model, dependents, using):
-    connection = connections[using]
+    connection = connection_of(using)
 
     def select(m):
         return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _fields(m)[0])
@@ -938,7 +957,7 @@ class Statement(NamedTuple):
 def setting(values, *attnames, pks, using=DEFAULT):
     """UPDATE the rows with these primary keys, setting the given fields to what they are on `values` (an
     instance of the model, unsaved: its fields carry the values), as a Statement for run_all."""
-    connection = connections[using]
+    connection = connection_of(using)
     fields, sql = _setting(type(values), attnames, len(pks))
     return Statement(sql, [*(prepare(f, getattr(values, f.attname), connection) for f in fields), *pks])
 
@@ -971,7 +990,7 @@ def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
     A row is matched by its primary key, or by the fields `by` (each instance's own values of them); `only`,
     {field name: value}, adds conditions every row must meet.
     """
-    connection = connections[using]
+    connection = connection_of(using)
     model = type(instances[0])
     only = only or {}
     sql, attnames = _updating(model, attnames, tuple(by or ()), tuple(only), len(instances), using)
@@ -985,7 +1004,7 @@ def updating(instances, *attnames, by=None, only=None, using=DEFAULT):
 def _updating(model, attnames, by, conditions, count, using):
     """updating's SQL for this shape (built once: it casts every value, and a field's cast type is slow to ask
     for), and the attnames whose values it takes from each row, in order."""
-    connection = connections[using]
+    connection = connection_of(using)
     matched = [model._meta.get_field(name) for name in by] if by else [model._meta.pk]
     fields = [model._meta.get_field(name) for name in attnames]
     table = quote(model._meta.db_table)
@@ -1027,7 +1046,7 @@ def run_all(statements, using=DEFAULT):
     what another writes, and no two may write the same row (callers keep their rows apart). Elsewhere:
     one after the other, in order.
     """
-    connection = connections[using]
+    connection = connection_of(using)
     if connection.vendor != "postgresql":
         found = []
         with cursor_of(connection) as cursor:
@@ -1065,7 +1084,7 @@ def lock_then_write(model, pk, condition, statements, using=DEFAULT):
     statement, must end in the conditions of its WHERE clause, all ANDed (setting, updating, scrubbing); the
     statements return nothing.
     """
-    connection = connections[using]
+    connection = connection_of(using)
     assert connection.vendor == "postgresql"
     sql, params = condition
     steps = []
@@ -1109,7 +1128,7 @@ def placeholders(values):
 def write_then_fetch(statement, model, sql, params=(), using=DEFAULT):
     """Run a write (a Statement that returns no rows), then a statement that returns rows of the model (as
     fetch_sql): on PostgreSQL both in one round trip (send_all)."""
-    connection = connections[using]
+    connection = connection_of(using)
     if connection.vendor == "postgresql":
         _, found = send_all(connection, [(statement.sql, statement.params), (sql, params)])
     else:
@@ -1122,7 +1141,7 @@ def write_then_fetch(statement, model, sql, params=(), using=DEFAULT):
 
 def fetch_sql(model, sql, params=(), using=DEFAULT):
     """Instances of the model from a statement that returns its columns in field order (e.g. UPDATE … RETURNING)."""
-    connection = connections[using]
+    connection = connection_of(using)
     with cursor_of(connection, single=True) as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchall()
@@ -1138,7 +1157,7 @@ def fetch_with(model, joined, parts, using=DEFAULT):
     part, ordered by model's primary key: of (instance, joined instance or None) for the first, of instances
     for the others.
     """
-    connection = connections[using]
+    connection = connection_of(using)
     sql = _with(model, joined, tuple(where for where, _ in parts))
     width = len(model._meta.concrete_fields)
     found = [[] for _ in parts]
@@ -1177,12 +1196,12 @@ def columns(model):
 
 def execute(sql, params=(), using=DEFAULT, several=False):
     """Run one hand-written statement that returns no rows (`several`: statements, in one string)."""
-    with cursor_of(connections[using], single=not several) as cursor:
+    with cursor_of(connection_of(using), single=not several) as cursor:
         cursor.execute(sql, params)
 
 
 def query(sql, params=(), using=DEFAULT):
     """Run one hand-written statement that returns rows (a SELECT, or a write … RETURNING); its rows."""
-    with cursor_of(connections[using], single=True) as cursor:
+    with cursor_of(connection_of(using), single=True) as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

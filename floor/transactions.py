@@ -14,7 +14,6 @@ from django.db import (
     OperationalError,
     ProgrammingError,
     connection,
-    connections,
     transaction,
 )
 
@@ -105,7 +104,7 @@ def close_if_old():
     closes). A kept connection in good order, the usual case, costs one look-up of it and three reads, where
     Django's walk over every alias, through asgiref's locals and ensure_connection, was about 3% of a promise.get's
     CPU at 16 clients (bench/HISTORY.md, 2026-12-06)."""
-    kept = connections[DEFAULT_DB_ALIAS]
+    kept = rows.connection_of(DEFAULT_DB_ALIAS)
     if kept.connection is None:
         return
     if (
@@ -139,7 +138,7 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     BEGIN and COMMIT would be two round trips of three.
     """
     attempts, reconnected, waiting_until = resonate_settings.DB_RETRIES, False, None
-    kept = connections[DEFAULT_DB_ALIAS]  # `connection`, looked up once: each use of the proxy looks it up again
+    kept = rows.connection_of(DEFAULT_DB_ALIAS)  # `connection`, looked up once: each use of the proxy looks it up again
     postgresql = kept.vendor == "postgresql"
     group = _group.get()
     attempt = 0
@@ -308,7 +307,7 @@ def _collecting(operation, args, into=None, kept=None):
         _collected.reset(token)
     if into is None:
         if collected:
-            kept = connections[DEFAULT_DB_ALIAS] if kept is None else kept
+            kept = rows.connection_of(DEFAULT_DB_ALIAS) if kept is None else kept
             # As Django's on_commit: at once outside a transaction in autocommit (Mode.AUTOCOMMIT, one statement that
             # has committed), without its look-ups and connection check; at the commit inside one.
             at_once = kept.connection is not None and kept.autocommit and not kept.in_atomic_block

@@ -1,12 +1,14 @@
 """floor.rows.prepare: the parameters the hot statements send are the ones Django's get_db_prep_save gives."""
 
+import asyncio
 import functools
 import json
+import threading
 
 import pytest
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.db import connection, models
+from django.db import connection, connections, models
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -291,3 +293,24 @@ def test_lock_then_write_writes_only_when_its_lock_found_the_row(locked):
     assert [promise.id for promise in found] == (["p"] if locked else [])
     assert written is locked
     assert Promise.objects.get(id="other").state == ("resolved" if locked else "pending")
+
+
+def test_connection_of_is_the_connection_django_gives_the_thread():
+    """rows.connection_of keeps each thread's connection object as `connections` gives it: the same one in a thread,
+    another in another thread, and, where an event loop runs (async code: a connection per task), Django's own."""
+    mine = rows.connection_of()
+    assert mine is connections["default"]
+    assert rows.connection_of() is mine
+    seen = []
+    other = threading.Thread(target=lambda: seen.extend([rows.connection_of(), connections["default"]]))
+    other.start()
+    other.join()
+    assert seen[0] is seen[1]
+    assert seen[0] is not mine
+
+    async def in_a_loop():
+        return rows.connection_of(), connections["default"]
+
+    ours, djangos = asyncio.run(in_a_loop())
+    assert ours is djangos
+    assert ours is not mine
