@@ -87,7 +87,7 @@ REMADE_SQLSTATES = {UNDEFINED_FUNCTION, "42804", "0A000"}
 
 def function_for(connection, parts):
     """The Function that runs these statements, (sql, params) each, or None: send them as they are."""
-    key = (connection.alias, connection.settings_dict["NAME"], tuple(sql for sql, _ in parts))
+    key = (connection.alias, connection.settings_dict["NAME"], tuple([sql for sql, _ in parts]))
     found = _shapes.get(key, 0)
     if found.__class__ is Function:
         return found

@@ -271,7 +271,7 @@ def at_commit(statements, using=DEFAULT):
     first, so writes keep their order and later reads see them; an error of theirs surfaces there or at the
     commit, as a failed commit, and the transaction rolls back. Outside floor.transactions' hold (SQLite, a
     watched connection, no transaction), they run now."""
-    assert not any(statement.returns for statement in statements)
+    assert not any([statement.returns for statement in statements])
     held = _held.get()
     if held is None or not _keeps_cursors(connection_of(using)):
         run_all(statements, using)
@@ -898,7 +898,7 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
                 cursor.execute(statement.sql, statement.params)
         instance._state.adding, instance._state.db = False, using
         return None
-    sql = _insert_unless_exists(model, tuple(type(d) for d in dependents), using)
+    sql = _insert_unless_exists(model, tuple([type(d) for d in dependents]), using)
     params = [value for row in (instance, *dependents) for value in row_params(row, connection)]
     params.append(instance.pk)
     for _ in range(3):
@@ -959,7 +959,9 @@ def setting(values, *attnames, pks, using=DEFAULT):
     instance of the model, unsaved: its fields carry the values), as a Statement for run_all."""
     connection = connection_of(using)
     fields, sql = _setting(type(values), attnames, len(pks))
-    return Statement(sql, [*(prepare(f, getattr(values, f.attname), connection) for f in fields), *pks])
+    params = [prepare(f, getattr(values, f.attname), connection) for f in fields]
+    params.extend(pks)
+    return Statement(sql, params)
 
 
 @cache
