@@ -271,7 +271,7 @@ def at_commit(statements, using=DEFAULT):
     first, so writes keep their order and later reads see them; an error of theirs surfaces there or at the
     commit, as a failed commit, and the transaction rolls back. Outside floor.transactions' hold (SQLite, a
     watched connection, no transaction), they run now."""
-    assert not any([statement.returns for statement in statements])
+    assert not any(statement.returns for statement in statements)
     held = _held.get()
     if held is None or not _keeps_cursors(connection_of(using)):
         run_all(statements, using)
@@ -982,7 +982,7 @@ def taking(model, column, values, *returned):
 @cache
 def _taking(model, column, count, returned):
     returning = f" RETURNING {', '.join(quote(c) for c in returned)}" if returned else ""
-    table, where = quote(model._meta.db_table), ", ".join(["%s"] * count)
+    table, where = quote(model._meta.db_table), placeholders(range(count))
     return f"DELETE FROM {table} WHERE {quote(column)} IN ({where}){returning}"
 
 

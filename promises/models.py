@@ -254,7 +254,7 @@ class Callback(models.Model):
     @classmethod
     @cache
     def _scrubbing(cls, count):
-        table, where = rows.quote(cls._meta.db_table), ", ".join(["%s"] * count)
+        table, where = rows.quote(cls._meta.db_table), rows.placeholders(range(count))
         return f'DELETE FROM {table} WHERE "awaiter_id" IN ({where}) AND "awaited_id" NOT IN ({where})'
 
     @classmethod
