@@ -20,6 +20,9 @@ DEFAULTS = {
     # Serving (manage.py serve): slow or idle clients must not hold the server's threads or sockets
     "READ_TIMEOUT_MS": 10_000,  # a request's headers, then its body, must each arrive within this (else closed / 408)
     "MAX_CONNECTIONS": 10_000,  # open connections (SSE streams included) per server process; more get a 503
+    # serve --workers N: "auto" keeps each server process on a CPU of its own when there is one process per CPU it may
+    # use (bin/production's default); "off" lets the kernel move them (resonate_site/serving.py, pin_processes)
+    "CPU_AFFINITY": "auto",
     # Authentication of POST / and /poll (resonate_site/auth.py): bearer JWTs signed by this public key
     "AUTH_PUBLIC_KEY_FILE": "",  # path of a PEM public key (RSA, EC P-256/P-384 or Ed25519); "" = no auth
     "AUTH_ISSUER": "",  # when set, tokens must carry this `iss`
@@ -53,7 +56,7 @@ DEFAULTS = {
     "LOG_FORMAT": "text",  # "text", or "json": one JSON object per log line
 }
 
-CHOICES = {"BACKGROUND": {"embedded", "celery"}, "LOG_FORMAT": {"text", "json"}}
+CHOICES = {"BACKGROUND": {"embedded", "celery"}, "LOG_FORMAT": {"text", "json"}, "CPU_AFFINITY": {"auto", "off"}}
 POSITIVE = {
     "RETRY_TIMEOUT_MS",
     "MAX_BODY_BYTES",
