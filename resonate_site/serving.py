@@ -531,7 +531,7 @@ def pin_processes(pids, cpus):
         wanted = {cpu}
         try:
             threads = os.listdir(f"/proc/{pid}/task")
-        except (FileNotFoundError, TypeError):  # gone, or not started (no pid yet)
+        except FileNotFoundError:  # gone, or not started (no pid yet: /proc/None)
             continue
         for thread in threads:
             with contextlib.suppress(ProcessLookupError, PermissionError):
