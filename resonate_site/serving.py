@@ -19,7 +19,6 @@
 import asyncio
 import contextlib
 import gc
-import itertools
 import logging
 import os
 import queue
@@ -475,13 +474,16 @@ class RollingRestarts(Multiprocess):
 
     With one server process per CPU it may use (and RESONATE_CPU_AFFINITY "auto"), each process is kept on a CPU of
     its own (`pin_processes`): once they have started, and at each of the supervisor's checks (every 0.5 s), so that a
-    process started again, or in a rolling restart, takes the CPU of the one it replaces."""
+    process started again, or in a rolling restart, takes the CPU of the one it replaces. Once SIGTTIN or SIGTTOU has
+    changed their number, they are no longer one per CPU: every process may run on every CPU again, until the number
+    is back."""
 
     STARTUP_S = 60
 
     def __init__(self, config, sockets):
         super().__init__(config, sockets)
-        self.cpus = cpus_to_pin(config.workers)
+        self.allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.pinned = False
 
     def init_processes(self):
         super().init_processes()
@@ -501,8 +503,13 @@ class RollingRestarts(Multiprocess):
         self.pin()
 
     def pin(self):
-        if self.cpus:
-            pin_processes([process.pid for process in self.processes], self.cpus)
+        pids = [process.pid for process in self.processes]
+        cpus = cpus_to_pin(len(pids))
+        if cpus:
+            pin_processes(pids, cpus)
+        elif self.pinned:  # a process added or taken away: a CPU would have two of them, or none
+            spread_processes(pids, self.allowed)
+        self.pinned = bool(cpus)
 
 
 def cpus_to_pin(processes):
@@ -518,6 +525,24 @@ def cpus_to_pin(processes):
     return cpus if processes > 1 and len(cpus) == processes else None
 
 
+def spread_processes(pids, cpus):
+    """Let every thread of these processes run on any of `cpus` again (the supervisor's own CPU set)."""
+    wanted = set(cpus)
+    for pid in pids:
+        for thread in _threads(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.sched_getaffinity(thread) != wanted:
+                    os.sched_setaffinity(thread, wanted)
+
+
+def _threads(pid):
+    """The thread ids of a process; none for one gone, or not started (no pid yet: /proc/None)."""
+    try:
+        return [int(thread) for thread in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
 def pin_processes(pids, cpus):
     """Keep the i-th process (every thread of it) on cpus[i]; a thread already there is left alone, a process gone is
     skipped. Threads a pinned thread starts later inherit its CPU; anything else is caught at the next call.
@@ -527,13 +552,9 @@ def pin_processes(pids, cpus):
     Kept on one CPU each, 2 server processes on this 2-core VM served promise.create at 16 clients 14-16% faster, with
     10-17% less CPU a request, and the task pair 5-9% faster; get and 1 client unchanged (bench/HISTORY.md,
     2026-12-06 (22:30))."""
-    for pid, cpu in zip(pids, itertools.cycle(cpus)):
+    for pid, cpu in zip(pids, cpus, strict=False):
         wanted = {cpu}
-        try:
-            threads = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:  # gone, or not started (no pid yet: /proc/None)
-            continue
-        for thread in threads:
+        for thread in _threads(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.sched_getaffinity(int(thread)) != wanted:
-                    os.sched_setaffinity(int(thread), wanted)
+                if os.sched_getaffinity(thread) != wanted:
+                    os.sched_setaffinity(thread, wanted)

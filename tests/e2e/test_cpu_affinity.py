@@ -95,6 +95,28 @@ def test_two_server_processes_on_two_cpus_run_each_on_its_own_and_a_replacement_
 
 @pytest.mark.postgres
 @needs_two_cpus
+def test_a_process_added_beyond_one_per_cpu_unpins_them_all_until_one_is_taken_away(database_url, tmp_path):
+    url, serve = start_serve(database_url, tmp_path)
+    try:
+        first = eventually(lambda: pinned(serve.popen.pid))
+        os.kill(serve.popen.pid, signal.SIGTTIN)  # a third process on two CPUs: one CPU would carry two
+
+        def spread():
+            processes = server_processes(serve.popen.pid)
+            everywhere = all(cpus_of_threads(pid) == {frozenset(CPUS)} for pid in processes)
+            return processes if len(processes) == 3 and everywhere else None
+
+        eventually(spread)
+        assert answered(url) == 404
+        os.kill(serve.popen.pid, signal.SIGTTOU)  # one per CPU again
+        again = eventually(lambda: pinned(serve.popen.pid))
+        assert again == first
+    finally:
+        serve.stop()
+
+
+@pytest.mark.postgres
+@needs_two_cpus
 def test_with_cpu_affinity_off_the_server_processes_may_run_on_every_cpu(database_url, tmp_path):
     url, serve = start_serve(database_url, tmp_path, RESONATE_CPU_AFFINITY="off")
     try:
