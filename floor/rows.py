@@ -821,7 +821,7 @@ def _locking_reads(model, pks, reads, first, using):
 def _select_all(model, count, descending=False, lock=False):
     key = quote(model._meta.pk.column)
     sql = (
-        f"SELECT {columns(model)} FROM {quote(model._meta.db_table)} WHERE {key} IN ({', '.join(['%s'] * count)})"
+        f"SELECT {columns(model)} FROM {quote(model._meta.db_table)} WHERE {key} IN ({placeholders(range(count))})"
         f" ORDER BY {key} {'DESC' if descending else 'ASC'}"
     )
     return sql + " FOR UPDATE" if lock else sql
@@ -843,7 +843,7 @@ def _conflict(on_conflict):
 
 @cache
 def _insert(model, on_conflict):
-    return f"{_into(model)} VALUES ({', '.join(['%s'] * len(_fields(model)[0]))}){_conflict(on_conflict)}"
+    return f"{_into(model)} VALUES ({placeholders(_fields(model)[0])}){_conflict(on_conflict)}"
 
 
 def insert(instance, on_conflict=None, using=DEFAULT):
@@ -865,7 +865,7 @@ def inserting(instances, on_conflict=None, using=DEFAULT):
     connection = connection_of(using)
     model = type(instances[0])
     fields, _ = _fields(model)
-    row = f"({', '.join(['%s'] * len(fields))})"
+    row = f"({placeholders(fields)})"
     head, _, tail = _insert(model, on_conflict).partition(f" VALUES {row}")
     params = [value for instance in instances for value in row_params(instance, connection)]
     for instance in instances:
@@ -969,7 +969,7 @@ def _setting(model, attnames, count):
     fields = [model._meta.get_field(name) for name in attnames]
     assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
     key = quote(model._meta.pk.column)
-    where = f"{key} = %s" if count == 1 else f"{key} IN ({', '.join(['%s'] * count)})"
+    where = f"{key} = %s" if count == 1 else f"{key} IN ({placeholders(range(count))})"
     return fields, f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {where}"
 
 
@@ -1123,7 +1123,7 @@ def _by_statement(statements, found_rows):
 
 
 def placeholders(values):
-    """ "%s, %s, …" for an IN list of these values."""
+    """ "%s, %s, …": one placeholder for each of these values (an IN list, a row's columns)."""
     return ", ".join(["%s"] * len(values))
 
 
