@@ -54,7 +54,8 @@ DELIVERIES = Counter("resonate_deliveries", "Delivery attempts by outcome: succe
 SCHEDULE_PROMISES = Counter("resonate_schedule_promises", "Promises created by schedules")
 TOGETHER = Counter(
     "resonate_requests_committed_together",
-    "Protocol requests whose transaction was one commit with others open at once (the embedded mode)",
+    "Protocol requests whose writes were one commit with others open at once (the embedded mode's transactions,"
+    " PostgreSQL's creates)",
 )
 
 # Requests refused before any operation ran; every other 4xx (404, 409, 422) is an ordinary protocol answer.

@@ -19,11 +19,12 @@ from functools import cache
 from typing import NamedTuple
 
 import orjson
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, router
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, connections, models, router
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from floor import functions, telemetry
+from floor import batching, functions, telemetry
+from floor.counters import requests_committed_together
 
 DEFAULT = "default"
 
@@ -884,6 +885,12 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     needs no transaction of its own. A row that another transaction committed after the statement's
     snapshot was taken is neither inserted over nor seen; the statement then runs again, with a fresh
     snapshot. Elsewhere: a read, then the INSERTs (the caller holds a transaction).
+
+    On a thread that sends creates together (send_creates_together), outside a transaction, the rows go first in
+    one statement with those of the other such threads of the process that insert at the same moment
+    (floor.batching): when that statement inserted them, nothing more is sent; when it did not (the key exists, or
+    the statement failed for a reason of its own), the statement of its own above runs. Should that statement lose
+    its connection, each of them raises as a lost connection: it may have committed.
     """
     connection = connection_of(using)
     model = type(instance)
@@ -898,8 +905,19 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
                 cursor.execute(statement.sql, statement.params)
         instance._state.adding, instance._state.db = False, using
         return None
-    sql = _insert_unless_exists(model, tuple([type(d) for d in dependents]), using)
+    shape = (model, tuple([type(d) for d in dependents]), using)
     params = [value for row in (instance, *dependents) for value in row_params(row, connection)]
+    if _together_here.on and _in_autocommit(connection):
+        inserted = _together.run(shape, instance.pk, (instance.pk, params, connection))
+        if isinstance(inserted, _LostElsewhere):
+            raise OperationalError(f"the connection of a statement sent with this one's rows was lost: {inserted}")
+        if isinstance(inserted, BaseException):
+            raise inserted  # this thread's connection lost (or the process stopping)
+        if inserted:
+            for row in (instance, *dependents):
+                row._state.adding, row._state.db = False, using
+            return None
+    sql = _insert_unless_exists(*shape)
     params.append(instance.pk)
     for _ in range(3):
         with cursor_of(connection, single=True) as cursor:
@@ -913,6 +931,97 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
             row._state.adding, row._state.db = False, using
         return None
     raise IntegrityError(f"{model._meta.db_table} {instance.pk!r} kept conflicting with a row it could not read")
+
+
+class _TogetherHere(threading.local):
+    on = False
+
+
+_together_here = _TogetherHere()
+
+
+def _in_autocommit(connection):
+    """Whether a statement on this connection would be a transaction of its own (a thread's connection not opened yet
+    opens in autocommit: settings_dict's AUTOCOMMIT)."""
+    if connection.in_atomic_block:
+        return False
+    return connection.autocommit if connection.connection is not None else connection.settings_dict["AUTOCOMMIT"]
+
+
+def send_creates_together():
+    """Let this thread's creates go in one statement with those of other such threads (insert_unless_exists): for the
+    protocol's threads of a server process, which answer requests at the same moment. Not for a thread that must
+    never wait on another's statement (an event loop's)."""
+    _together_here.on = True
+
+
+def _send_together(shape, items):
+    """insert_unless_exists's rows of several threads, (key, parameters, connection) each, in one statement on the
+    first one's connection (the sending thread's own): for each, True when it was inserted, False when its thread
+    must send its own statement; or, the connection lost, the error for the first and _LostElsewhere for the
+    others."""
+    model, dependents, using = shape
+    connection = items[0][2]
+    order = sorted(range(len(items)), key=lambda n: items[n][0])  # every statement takes the rows' locks in one order
+    counts = [len(_fields(model)[0]), *(len(_fields(d)[0]) for d in dependents)]
+    params, start = [], 0
+    for index, count in enumerate(counts):
+        for n in order:
+            key, values, _ = items[n]
+            if index:
+                params.append(key)  # a dependent row's owner
+            params.extend(values[start : start + count])
+        start += count
+    try:
+        with cursor_of(connection, single=True) as cursor:
+            cursor.execute(_insert_all_unless_exist(model, dependents, using, len(items)), params)
+            inserted = {row[0] for row in cursor.fetchall()}
+    except Exception as error:
+        from floor.transactions import lost_connection  # here: floor.transactions imports this module
+
+        if lost_connection(error):
+            return [error] + [_LostElsewhere(error)] * (len(items) - 1)
+        return [False] * len(items)  # its own reason: each sends its own statement, and only its own fails
+    if len(items) > 1:
+        requests_committed_together(len(inserted))
+    return [key in inserted for key, _, _ in items]
+
+
+class _LostElsewhere(NamedTuple):
+    """The connection of the statement that carried a thread's rows was lost, on another thread: they may have been
+    committed."""
+
+    error: Exception
+
+    def __str__(self):
+        return str(self.error)
+
+
+@cache
+def _insert_all_unless_exist(model, dependents, using, count):
+    """_insert_unless_exists for `count` rows of the model, each with its dependents: each dependent's row carries its
+    owner's key first, and is inserted when its owner was. Returns the keys inserted."""
+    connection = connection_of(using)
+
+    def casts(m):
+        return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _fields(m)[0])
+
+    key = quote(model._meta.pk.column)
+    rows = ", ".join([f"({casts(model)})"] * count)
+    steps = [f"head AS ({_into(model)} VALUES {rows} ON CONFLICT ({key}) DO NOTHING RETURNING {key})"]
+    owner = model._meta.pk.cast_db_type(connection)
+    for n, dependent in enumerate(dependents):
+        names = ", ".join(f"c{i}" for i in range(len(_fields(dependent)[0])))
+        values = ", ".join([f"(%s::{owner}, {casts(dependent)})"] * count)
+        on_conflict = _conflict(getattr(dependent, "insert_on_conflict", None))
+        steps.append(
+            f"d{n} AS ({_into(dependent)} SELECT {names} FROM (VALUES {values}) AS v(owner, {names})"
+            f" WHERE owner IN (SELECT {key} FROM head){on_conflict} RETURNING 1)"
+        )
+    return f"WITH {', '.join(steps)} SELECT {key} FROM head"
+
+
+_together = batching.Together(_send_together)
 
 
 @cache

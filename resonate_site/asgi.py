@@ -33,7 +33,7 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
-from floor import telemetry  # noqa: E402
+from floor import rows, telemetry  # noqa: E402
 from floor.conf import resonate_settings  # noqa: E402
 from floor.transactions import close_if_old, database_troubled, run_together  # noqa: E402
 from outbox.hub import hub  # noqa: E402
@@ -55,11 +55,13 @@ django_asgi = get_asgi_application()  # sets Django up: the protocol's modules i
 telemetry.start("resonate-server")  # when OTEL_* asks for it, before the WSGI handler is built (floor/telemetry.py)
 
 # Protocol threads per process, for the requests that arrive while another is in flight (the first runs on the loop's
-# thread). PostgreSQL: 4 (bench/HISTORY.md: ~10% more than 2 at 16 clients; more lose to the GIL). SQLite: none, every
+# thread). PostgreSQL: 6. Four served ~10% more than 2 at 16 clients, and more lost to the GIL, until creates were sent
+# together (floor.batching): a statement carries the creates of the threads waiting for it, and with 6 of them
+# promise.create at 16 clients was 6-12% faster than with 4 (bench/HISTORY.md, 2026-12-07). SQLite: none, every
 # request on the loop's thread. Every transaction there is a writer and takes its turn (floor/sqlite3/base.py), so a
 # thread only adds hand-offs and GIL contention: promise.create at 16 clients 1,294 -> 1,656/s, promise.get 2,765 ->
 # 4,482/s (bench/HISTORY.md, 2026-12-04, "inline when idle").
-THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (4 if connection.vendor == "postgresql" else 0))
+THREADS = int(os.environ.get("RESONATE_WSGI_THREADS") or (6 if connection.vendor == "postgresql" else 0))
 
 from resonate_site.protocol.dispatch import quick  # noqa: E402
 from resonate_site.protocol.envelope import decoded, refused, respond  # noqa: E402
@@ -167,6 +169,8 @@ protocol_threads = ProtocolThreads(
     "resonate-protocol",
     troubled=database_troubled,
     together=serve_together if THREADS == 0 and connection.vendor == "sqlite" else None,
+    # PostgreSQL: the threads' creates at one moment go in one statement (floor.batching); never the loop's thread.
+    initializer=rows.send_creates_together if connection.vendor == "postgresql" else None,
 )
 
 

@@ -368,8 +368,9 @@ class ProtocolThreads:
     THREADS_FOR_S = 10.0
     TOGETHER_MAX = 32  # requests answered together at most: the first of them waits for the last
 
-    def __init__(self, work, count, name, troubled=lambda: False, together=None):
+    def __init__(self, work, count, name, troubled=lambda: False, together=None, initializer=None):
         self.work, self.items, self.in_flight = work, queue.SimpleQueue(), 0  # in_flight: read and written on the loop
+        self.initializer = initializer  # called by each thread as it starts (as ThreadPoolExecutor's)
         self.threaded, self.troubled = count > 0, troubled
         self.together, self.gathering = together, []  # gathering: [(item, future)], read and written on the loop
         self.threads_until = 0.0  # time.monotonic(): until then every request goes to the threads
@@ -444,6 +445,8 @@ class ProtocolThreads:
         return future
 
     def _serve(self):
+        if self.initializer is not None:
+            self.initializer()
         take = self.items.get
         while True:
             loop, future, item = take()

@@ -12,6 +12,8 @@ LINEARIZABILITY_OPS (requests per client, 12 by default), LINEARIZABILITY_STOP_A
 """
 
 import os
+import re
+import urllib.request
 import uuid
 
 import pytest
@@ -19,7 +21,7 @@ import pytest
 from tests.linearizability.checker import check, explain, shrink
 from tests.linearizability.conftest import EXCERPTS, RESULTS
 from tests.linearizability.sweep import Faults, run_sweep
-from tests.linearizability.workload import LATER, NOW, TARGET, KeySpace, Runner
+from tests.linearizability.workload import LATER, NOW, PARAMS, TARGET, KeySpace, Runner, envelope
 
 pytestmark = pytest.mark.postgres
 
@@ -40,6 +42,46 @@ def test_concurrent_histories_are_linearizable_and_lose_no_acknowledged_write(de
 
     RESULTS.append(found.row())
     assert_clean(found, deployment, marks)
+
+
+def test_creates_that_meet_in_one_server_process_go_in_one_statement_and_stay_linearizable(deployment):
+    """Twelve clients create the same eight ids at once, each id by one or two of them with a param of its own,
+    through one server process while every round trip to PostgreSQL takes 2 * SLOW_MS longer: the creates meet
+    there, and go in one statement (floor.batching). Their replies must fit one order (each id created once, every
+    reply showing the param of its creator) and the final reads must show them all."""
+    marks, before = deployment.log_marks(), committed_together(deployment)
+    for attempt in range(3):
+        space = KeySpace(f"meet{attempt}-{uuid.uuid4().hex[:6]}")
+        ids = space.all_promises()
+        steps = []
+        for n in range(12):
+            id, param = ids[n % len(ids)], PARAMS[n % len(PARAMS)]
+            data = {"id": id, "timeoutAt": LATER, "param": param, "tags": {"resonate:target": TARGET}}
+            if n % 4 == 3:  # task.create's first step writes by the same path, a shape of its own
+                action = envelope("promise.create", data)
+                steps.append((0, f"c{n}", "task.create", {"pid": f"c{n}", "ttl": 60_000, "action": action}))
+            else:
+                steps.append((0, f"c{n}", "promise.create", data))
+        with deployment.slow_database(SLOW_MS):
+            history = Runner(deployment.urls[:1]).script(space.prefix, steps)
+        assert_linearizable(history.ops)
+    assert_clean_run(deployment, marks)
+    together = committed_together(deployment) - before
+    assert together >= 4, f"{together} creates went in one statement with others': the path went untested"
+
+
+SLOW_MS = 20
+
+
+def committed_together(deployment):
+    """Creates whose rows went in one statement with other requests' (floor.batching), over both servers."""
+    total = 0.0
+    for url in deployment.urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        found = re.search(r"^resonate_requests_committed_together_total (\S+)$", text, re.MULTILINE)
+        total += float(found.group(1)) if found else 0.0
+    return total
 
 
 def test_they_stay_so_while_server_processes_are_killed_and_database_connections_dropped(deployment, tmp_path):
