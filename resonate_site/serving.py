@@ -530,20 +530,21 @@ def cpus_to_pin(processes):
 
 def spread_processes(pids, cpus):
     """Let every thread of these processes run on any of `cpus` again (the supervisor's own CPU set)."""
-    wanted = set(cpus)
     for pid in pids:
-        for thread in _threads(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.sched_getaffinity(thread) != wanted:
-                    os.sched_setaffinity(thread, wanted)
+        _keep_on(pid, set(cpus))
 
 
-def _threads(pid):
-    """The thread ids of a process; none for one gone, or not started (no pid yet: /proc/None)."""
+def _keep_on(pid, cpus):
+    """Every thread of the process allowed these CPUs; a thread already so is left alone, a process gone or not
+    started (no pid yet: /proc/None) skipped."""
     try:
-        return [int(thread) for thread in os.listdir(f"/proc/{pid}/task")]
+        threads = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
-        return []
+        return
+    for thread in threads:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.sched_getaffinity(int(thread)) != cpus:
+                os.sched_setaffinity(int(thread), cpus)
 
 
 def pin_processes(pids, cpus):
@@ -556,8 +557,4 @@ def pin_processes(pids, cpus):
     10-17% less CPU a request, and the task pair 5-9% faster; get and 1 client unchanged (bench/HISTORY.md,
     2026-12-06 (22:30))."""
     for pid, cpu in zip(pids, cpus, strict=False):
-        wanted = {cpu}
-        for thread in _threads(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.sched_getaffinity(thread) != wanted:
-                    os.sched_setaffinity(thread, wanted)
+        _keep_on(pid, {cpu})
