@@ -61,6 +61,17 @@ class Threads:
             assert not thread.is_alive()
 
 
+def a_alone_then_b_and_c(sender):
+    """Item a sent alone and held there; b and c come meanwhile, wait, and go together once a is back."""
+    threads = Threads(Together(sender))
+    threads.start("a", "a", settled=lambda: sender.sent)
+    threads.start("b", "b", settled=threads.waiting(1))
+    threads.start("c", "c", settled=threads.waiting(2))
+    sender.release("a")
+    threads.join()
+    return threads
+
+
 def test_a_thread_alone_sends_its_item_at_once_and_alone():
     sender = Sender()
     together = Together(sender)
@@ -138,14 +149,7 @@ def test_an_error_of_a_statement_is_the_outcome_of_each_of_its_items(monkeypatch
             raise failure
         return ["fine"]
 
-    sender = Sender(held=["a"], answer=answer)
-    threads = Threads(Together(sender))
-
-    threads.start("a", "a", settled=lambda: sender.sent)
-    threads.start("b", "b", settled=threads.waiting(1))
-    threads.start("c", "c", settled=threads.waiting(2))
-    sender.release("a")
-    threads.join()
+    threads = a_alone_then_b_and_c(Sender(held=["a"], answer=answer))
 
     assert threads.outcomes == {"a": "fine", "b": failure, "c": failure}
 
@@ -153,14 +157,9 @@ def test_an_error_of_a_statement_is_the_outcome_of_each_of_its_items(monkeypatch
 @pytest.mark.parametrize("answer", [lambda items: ["one"], lambda items: None], ids=["too few", "none"])
 def test_a_send_that_answers_for_the_wrong_number_of_items_leaves_nobody_waiting(monkeypatch, answer):
     monkeypatch.setattr(batching, "IN_FLIGHT", 1)
-    sender = Sender(held=["a"], answer=lambda items: ["fine"] if items == ["a"] else answer(items))
-    threads = Threads(Together(sender))
-
-    threads.start("a", "a", settled=lambda: sender.sent)
-    threads.start("b", "b", settled=threads.waiting(1))
-    threads.start("c", "c", settled=threads.waiting(2))
-    sender.release("a")
-    threads.join()
+    threads = a_alone_then_b_and_c(
+        Sender(held=["a"], answer=lambda items: ["fine"] if items == ["a"] else answer(items))
+    )
 
     assert threads.outcomes["a"] == "fine"
     assert isinstance(threads.outcomes["b"], RuntimeError) and threads.outcomes["b"] is threads.outcomes["c"]
