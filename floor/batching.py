@@ -14,7 +14,10 @@ back, each waiting thread is woken with its outcome, and the first that was left
 alone sends at once: nobody waits for company.
 
 Items with the same key (two creates of one id) never go in one statement. The outcome of each item is what
-`send(shape, items)` says of it; when send raises, every item gets the exception.
+`send(shape, items)` says of it; when send raises, every item gets the exception. A statement can wait long (a
+create whose key another transaction has inserted and not yet committed waits for that transaction): a thread left
+waiting for WAIT_S, its item still not taken, goes without the others, and run() returns `alone` for it (the caller
+sends its item by itself).
 """
 
 import threading
@@ -22,6 +25,7 @@ import threading
 IN_FLIGHT = 2  # statements of one shape in flight from one process at once, at most
 SECOND_AT = 2  # items waiting for a second statement to go out while the first is in flight
 MOST = 16  # items in one statement, at most
+WAIT_S = 0.1  # a thread whose item no statement has taken by then goes alone
 
 
 class _Waiting:
@@ -39,8 +43,8 @@ class _Waiting:
 class Together:
     """Items of several threads sent together: send(shape, items) -> one outcome per item, in order."""
 
-    def __init__(self, send):
-        self.send = send
+    def __init__(self, send, alone=None):
+        self.send, self.alone = send, alone
         self.lock = threading.Lock()
         self.waiting = {}  # shape: [_Waiting], in the order they came
         self.in_flight = {}  # shape: statements of it sent and not yet back
@@ -55,11 +59,15 @@ class Together:
                 self.in_flight[shape] = in_flight + 1
             else:
                 waiting.append(me)
-        if not me.leads:
-            me.ready.acquire()  # released by the thread that sent it, or to lead the next statement
-            if not me.leads:
-                return me.outcome
-        self._lead(shape, me)
+        if not me.leads and not me.ready.acquire(timeout=WAIT_S):  # released by the thread that sent it, or to lead
+            with self.lock:
+                waiting = self.waiting[shape]
+                if me in waiting:  # no statement took it: the one in flight is slow
+                    waiting.remove(me)
+                    return self.alone
+            me.ready.acquire()  # taken by a statement, or promoted to lead the next: its release comes
+        if me.leads:
+            self._lead(shape, me)
         return me.outcome
 
     def _lead(self, shape, me):
@@ -74,7 +82,7 @@ class Together:
             self.waiting[shape] = left
         outcomes = None
         try:
-            outcomes = self.send(shape, [waiting.item for waiting in batch])
+            outcomes = list(self.send(shape, [waiting.item for waiting in batch]))
         except BaseException as error:  # each thread raises it, or does what its caller does on it
             outcomes = [error] * len(batch)
         finally:

@@ -888,8 +888,9 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
 
     On a thread that sends creates together (send_creates_together), outside a transaction, the rows go first in
     one statement with those of the other such threads of the process that insert at the same moment
-    (floor.batching): when that statement inserted them, nothing more is sent; when it did not (the key exists, or
-    the statement failed for a reason of its own), the statement of its own above runs. Should that statement lose
+    (floor.batching): when that statement inserted them, nothing more is sent; when it did not (the key exists, the
+    statement failed for a reason of its own, or none took them within batching.WAIT_S), the statement of its own
+    above runs. Should that statement lose
     its connection, each of them raises as a lost connection: it may have committed.
     """
     connection = connection_of(using)
@@ -907,7 +908,7 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
         return None
     shape = (model, tuple([type(d) for d in dependents]), using)
     params = [value for row in (instance, *dependents) for value in row_params(row, connection)]
-    if _together_here.on and _in_autocommit(connection):
+    if _together_here.on and in_autocommit(connection):
         inserted = _together.run(shape, instance.pk, (instance.pk, params, connection))
         if isinstance(inserted, _LostElsewhere):
             raise OperationalError(f"the connection of a statement sent with this one's rows was lost: {inserted}")
@@ -940,7 +941,7 @@ class _TogetherHere(threading.local):
 _together_here = _TogetherHere()
 
 
-def _in_autocommit(connection):
+def in_autocommit(connection):
     """Whether a statement on this connection would be a transaction of its own (a thread's connection not opened yet
     opens in autocommit: settings_dict's AUTOCOMMIT)."""
     if connection.in_atomic_block:
@@ -1021,7 +1022,7 @@ def _insert_all_unless_exist(model, dependents, using, count):
     return f"WITH {', '.join(steps)} SELECT {key} FROM head"
 
 
-_together = batching.Together(_send_together)
+_together = batching.Together(_send_together, alone=False)
 
 
 @cache

@@ -310,7 +310,7 @@ def _collecting(operation, args, into=None, kept=None):
             kept = rows.connection_of(DEFAULT_DB_ALIAS) if kept is None else kept
             # As Django's on_commit: at once outside a transaction in autocommit (Mode.AUTOCOMMIT, one statement that
             # has committed), without its look-ups and connection check; at the commit inside one.
-            at_once = kept.connection is not None and kept.autocommit and not kept.in_atomic_block
+            at_once = rows.in_autocommit(kept)  # not opened yet too: its statement went on another's connection
             for hook, items in collected.items():
                 if at_once:
                     _safely(hook, items)()

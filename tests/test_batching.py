@@ -162,5 +162,21 @@ def test_a_send_that_answers_for_the_wrong_number_of_items_leaves_nobody_waiting
     )
 
     assert threads.outcomes["a"] == "fine"
-    assert isinstance(threads.outcomes["b"], RuntimeError) and threads.outcomes["b"] is threads.outcomes["c"]
+    assert isinstance(threads.outcomes["b"], Exception) and threads.outcomes["b"] is threads.outcomes["c"]
     assert threads.together.waiting == {"s": []} and threads.together.in_flight == {"s": 0}  # nothing left behind
+
+
+def test_a_thread_left_waiting_too_long_goes_alone_and_its_item_is_sent_by_no_statement(monkeypatch):
+    monkeypatch.setattr(batching, "IN_FLIGHT", 1)
+    monkeypatch.setattr(batching, "WAIT_S", 0.05)
+    sender = Sender(held=["a"])
+    threads = Threads(Together(sender, alone="alone"))
+
+    threads.start("a", "a", settled=lambda: sender.sent)
+    threads.start("b", "b", settled=lambda: "b" in threads.outcomes)  # a still in flight: b gives up waiting
+    sender.release("a")
+    threads.join()
+
+    assert threads.outcomes == {"a": "s:a", "b": "alone"}
+    assert sender.sent == [["a"]]
+    assert threads.together.waiting == {"s": []} and threads.together.in_flight == {"s": 0}

@@ -7,7 +7,7 @@ import time
 
 import orjson
 import pytest
-from django.db import DataError, connection, connections
+from django.db import DataError, connection, connections, transaction
 
 from floor import batching, rows
 from floor.transactions import lost_connection
@@ -184,13 +184,37 @@ def test_a_statement_whose_connection_is_lost_leaves_each_of_its_creates_to_run_
     assert not Message.objects.exists()
 
 
-def test_a_thread_that_does_not_send_creates_together_never_waits_for_a_statement_in_flight(gate):
+def test_a_thread_that_does_not_send_creates_together_never_waits_for_a_statement_in_flight(gate, one_in_flight):
     close_gate, open_gate = gate
     threads = ProtocolThreads()
     close_gate("gate")
     threads.start("gate", lambda: respond(body("gate")), settled=blocked_on_a_lock())
 
-    assert respond(body("alone"))[0] == 200  # this thread's statement goes at once, beside the one in flight
+    def in_a_transaction():
+        rows.send_creates_together()
+        with transaction.atomic():  # its statement is part of a transaction: never sent with others
+            return create("in-transaction", {}, TARGET, FAR, 1)
 
+    threads.start("in-transaction", in_a_transaction, settled=lambda: "in-transaction" in threads.results)
+    others = threading.Thread(target=lambda: threads.results.update(alone=respond(body("alone"))))
+    others.start()  # this thread never sends creates together: its statement goes at once, beside the one in flight
+    others.join(20)
+
+    assert threads.results["alone"][0] == 200 and threads.results["in-transaction"].existing is None
+    open_gate()
+    assert threads.join()["gate"][0] == 200
+
+
+def test_a_thread_left_waiting_behind_a_slow_statement_sends_its_own(gate, one_in_flight, monkeypatch):
+    close_gate, open_gate = gate
+    monkeypatch.setattr(batching, "WAIT_S", 0.2)
+    threads = ProtocolThreads()
+    close_gate("gate")
+    threads.start("gate", lambda: respond(body("gate")), settled=blocked_on_a_lock())
+
+    threads.start("later", lambda: respond(body("later")), settled=lambda: "later" in threads.results)
+
+    assert threads.results["later"][0] == 200  # answered while the statement before it still waits
+    assert Promise.objects.filter(id="later").exists() and not Promise.objects.filter(id="gate").exists()
     open_gate()
     assert threads.join()["gate"][0] == 200
