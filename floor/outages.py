@@ -43,6 +43,26 @@ def _outage_classes():
     return tuple(classes)
 
 
+# PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now (class 08 is connection_exception).
+SHUTDOWN_SQLSTATES = {"57P01", "57P02", "57P03"}
+
+
+def lost_connection(error):
+    """Whether the database connection is gone (a restart, a cut network, a proxy's idle timeout, a refused connect).
+
+    Errors the server sends carry a SQLSTATE; psycopg reports a dead or unreachable server ("server
+    closed the connection unexpectedly", "connection refused") as an OperationalError without one.
+    """
+    from django.db import InterfaceError, OperationalError, connection
+
+    if connection.vendor != "postgresql":
+        return False
+    state = getattr(error.__cause__, "sqlstate", None) or ""
+    if state.startswith("08") or state in SHUTDOWN_SQLSTATES:
+        return True
+    return isinstance(error, (OperationalError, InterfaceError)) and not state
+
+
 def log_failure(log, message, *args, level=logging.WARNING):
     """Log the exception being handled: one line at `level` if it is an outage, else with its traceback (ERROR)."""
     error = sys.exc_info()[1]

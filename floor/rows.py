@@ -25,6 +25,7 @@ from django.db.models.signals import post_init, pre_init
 
 from floor import batching, functions, telemetry
 from floor.counters import requests_committed_together
+from floor.outages import lost_connection
 
 DEFAULT = "default"
 
@@ -978,8 +979,6 @@ def _send_together(shape, items):
             cursor.execute(_insert_all_unless_exist(model, dependents, using, len(items)), params)
             inserted = {row[0] for row in cursor.fetchall()}
     except Exception as error:
-        from floor.transactions import lost_connection  # here: floor.transactions imports this module
-
         if lost_connection(error):
             return [error] + [_LostElsewhere(error)] * (len(items) - 1)
         return [False] * len(items)  # its own reason: each sends its own statement, and only its own fails

@@ -20,7 +20,7 @@ from django.db import (
 from floor import rows
 from floor.conf import resonate_settings
 from floor.counters import requests_committed_together
-from floor.outages import Outage, log_failure
+from floor.outages import Outage, log_failure, lost_connection
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,6 @@ RETRYABLE_SQLSTATES = {"40001", "40P01", "55P03"}
 # PostgreSQL's class 53, insufficient resources: out of memory or of shared memory (the lock table full), disk full,
 # too many connections. Nothing was written; it passes (other work ends), so it is retried and then a 503, not a 500.
 INSUFFICIENT_RESOURCES = "53"
-# PostgreSQL: admin_shutdown, crash_shutdown, cannot_connect_now (class 08 is connection_exception).
-SHUTDOWN_SQLSTATES = {"57P01", "57P02", "57P03"}
 
 
 class Busy(Outage):
@@ -43,20 +41,6 @@ class Unavailable(Busy):
     """The database could not be reached, or the connection was lost while committing; the caller may retry."""
 
     answer = "Database unavailable, please retry"
-
-
-def lost_connection(error):
-    """Whether the database connection is gone (a restart, a cut network, a proxy's idle timeout, a refused connect).
-
-    Errors the server sends carry a SQLSTATE; psycopg reports a dead or unreachable server ("server
-    closed the connection unexpectedly", "connection refused") as an OperationalError without one.
-    """
-    if connection.vendor != "postgresql":
-        return False
-    state = getattr(error.__cause__, "sqlstate", None) or ""
-    if state.startswith("08") or state in SHUTDOWN_SQLSTATES:
-        return True
-    return isinstance(error, (OperationalError, InterfaceError)) and not state
 
 
 def lost_race(error):

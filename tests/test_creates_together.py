@@ -10,7 +10,7 @@ import pytest
 from django.db import DataError, connection, connections, transaction
 
 from floor import batching, rows
-from floor.transactions import lost_connection
+from floor.outages import lost_connection
 from outbox.models import Message
 from promises.engine import create
 from promises.models import Promise
