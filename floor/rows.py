@@ -891,8 +891,8 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     one statement with those of the other such threads of the process that insert at the same moment
     (floor.batching): when that statement inserted them, nothing more is sent; when it did not (the key exists, the
     statement failed for a reason of its own, or none took them within batching.WAIT_S), the statement of its own
-    above runs. Should that statement lose
-    its connection, each of them raises as a lost connection: it may have committed.
+    above runs. Should that statement lose its connection, each of them raises as a lost connection: it may have
+    committed.
     """
     connection = connection_of(using)
     model = type(instance)
@@ -997,22 +997,24 @@ class _LostElsewhere(NamedTuple):
         return str(self.error)
 
 
+def _cast_placeholders(model, connection):
+    """ "%s::text, %s::jsonb, …": a placeholder for each of the model's row columns, cast to its column's type (a row
+    built in a SELECT or a VALUES list of a CTE, whose types PostgreSQL cannot take from the table)."""
+    return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _fields(model)[0])
+
+
 @cache
 def _insert_all_unless_exist(model, dependents, using, count):
     """_insert_unless_exists for `count` rows of the model, each with its dependents: each dependent's row carries its
     owner's key first, and is inserted when its owner was. Returns the keys inserted."""
     connection = connection_of(using)
-
-    def casts(m):
-        return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _fields(m)[0])
-
     key = quote(model._meta.pk.column)
-    rows = ", ".join([f"({casts(model)})"] * count)
+    rows = ", ".join([f"({_cast_placeholders(model, connection)})"] * count)
     steps = [f"head AS ({_into(model)} VALUES {rows} ON CONFLICT ({key}) DO NOTHING RETURNING {key})"]
     owner = model._meta.pk.cast_db_type(connection)
     for n, dependent in enumerate(dependents):
         names = ", ".join(f"c{i}" for i in range(len(_fields(dependent)[0])))
-        values = ", ".join([f"(%s::{owner}, {casts(dependent)})"] * count)
+        values = ", ".join([f"(%s::{owner}, {_cast_placeholders(dependent, connection)})"] * count)
         on_conflict = _conflict(getattr(dependent, "insert_on_conflict", None))
         steps.append(
             f"d{n} AS ({_into(dependent)} SELECT {names} FROM (VALUES {values}) AS v(owner, {names})"
@@ -1033,15 +1035,13 @@ def _insert_unless_key(model):
 @cache
 def _insert_unless_exists(model, dependents, using):
     connection = connection_of(using)
-
-    def select(m):
-        return ", ".join(f"%s::{f.cast_db_type(connection)}" for f in _fields(m)[0])
-
     key = quote(model._meta.pk.column)
-    steps = [f"head AS ({_into(model)} VALUES ({select(model)}) ON CONFLICT ({key}) DO NOTHING RETURNING 1)"]
+    row = _cast_placeholders(model, connection)
+    steps = [f"head AS ({_into(model)} VALUES ({row}) ON CONFLICT ({key}) DO NOTHING RETURNING 1)"]
     for n, dependent in enumerate(dependents):
         on_conflict = _conflict(getattr(dependent, "insert_on_conflict", None))
-        steps.append(f"d{n} AS ({_into(dependent)} SELECT {select(dependent)} FROM head{on_conflict} RETURNING 1)")
+        values = _cast_placeholders(dependent, connection)
+        steps.append(f"d{n} AS ({_into(dependent)} SELECT {values} FROM head{on_conflict} RETURNING 1)")
     nulls = ", ".join("NULL" for _ in model._meta.concrete_fields)
     return (
         f"WITH {', '.join(steps)} SELECT true, {nulls} FROM head"
