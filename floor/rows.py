@@ -892,7 +892,7 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     (floor.batching): when that statement inserted them, nothing more is sent; when it did not (the key exists, the
     statement failed for a reason of its own, or none took them within batching.WAIT_S), the statement of its own
     above runs. Should that statement lose its connection, each of them raises as a lost connection: it may have
-    committed.
+    committed (LostElsewhere on the threads whose own connection was not the one lost).
     """
     connection = connection_of(using)
     model = type(instance)
@@ -912,7 +912,7 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     if _together_here.on and in_autocommit(connection):
         inserted = _together.run(shape, instance.pk, (instance.pk, params, connection))
         if isinstance(inserted, _LostElsewhere):
-            raise OperationalError(f"the connection of a statement sent with this one's rows was lost: {inserted}")
+            raise LostElsewhere(f"the connection of a statement sent with this one's rows was lost: {inserted}")
         if isinstance(inserted, BaseException):
             raise inserted  # this thread's connection lost (or the process stopping)
         if inserted:
@@ -995,6 +995,13 @@ class _LostElsewhere(NamedTuple):
 
     def __str__(self):
         return str(self.error)
+
+
+class LostElsewhere(OperationalError):
+    """What insert_unless_exists raises on a thread whose rows went in another thread's statement, whose connection
+    was lost: a lost connection (outages.lost_connection) as far as this request knows, as its rows may have been
+    committed, while this thread's own connection is as good as it was (run_atomically runs the operation again on
+    it; the thread that lost its connection reports the loss)."""
 
 
 def _cast_placeholders(model, connection):

@@ -105,7 +105,9 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     """operation(*args) inside transaction.atomic(), re-run from scratch on a lost race (bounded).
 
     A kept connection that turns out to be dead is replaced and the operation runs again: nothing of it can have
-    been committed. A database that cannot be reached is waited for, DB_OUTAGE_WAIT_MS at most (a failover's
+    been committed. A create whose rows went in another thread's statement, whose connection was lost
+    (rows.LostElsewhere), runs again on its own connection, as after a lost connection of its own (its rows may
+    have committed), without closing that connection or taking the database for troubled. A database that cannot be reached is waited for, DB_OUTAGE_WAIT_MS at most (a failover's
     promotion takes a second or two, and the released Python SDK does not retry a 503), then Unavailable. A
     connection lost while committing leaves the outcome unknown: Unavailable at once. Either way the caller is told
     to retry.
@@ -145,6 +147,10 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
                 rows.commit_held()  # the writes held for the commit, with it (rows.at_commit)
             return result
         except (IntegrityError, OperationalError, InterfaceError, ProgrammingError) as error:  # Programming: 42883
+            if isinstance(error, rows.LostElsewhere) and not reconnected:  # its own connection is not in question
+                log.info("running %s again: %s", operation.__name__, error)
+                reconnected = True  # what it wrote may have committed, as after a lost connection
+                continue
             if lost_connection(error):
                 _lost_a_connection()
                 connection.close()

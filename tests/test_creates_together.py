@@ -9,7 +9,7 @@ import orjson
 import pytest
 from django.db import DataError, connection, connections, transaction
 
-from floor import batching, rows
+from floor import batching, rows, transactions
 from floor.outages import lost_connection
 from outbox.models import Message
 from promises.engine import create
@@ -182,6 +182,50 @@ def test_a_statement_whose_connection_is_lost_leaves_each_of_its_creates_to_run_
         assert isinstance(error, Exception) and lost_connection(error), (name, error)
     assert list(Promise.objects.values_list("id", flat=True)) == [] and not Task.objects.exists()
     assert not Message.objects.exists()
+
+
+def test_a_request_whose_create_went_in_a_statement_lost_elsewhere_runs_again_on_its_own_connection(
+    gate, one_in_flight, monkeypatch
+):
+    """Its rows may have committed, so its create runs again as after a lost connection (run_atomically), but on its
+    own connection, which nothing put in question: not closed, and the database not taken for troubled."""
+    monkeypatch.setattr(transactions, "_troubled_until", 0.0)
+    close_gate, open_gate = gate
+    threads = ProtocolThreads()
+    close_gate("first")
+    close_gate("second")
+
+    def backend():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    def follow():
+        before = backend()  # its connection, opened before its create
+        status, reply = respond(body("c"))
+        return before, status, orjson.loads(reply), backend()
+
+    threads.start("first", lambda: create("first", {}, TARGET, FAR, 1), settled=blocked_on_a_lock())
+    threads.start("second", lambda: create("second", {}, TARGET, FAR, 1), settled=waiting(1))
+    threads.start("c", follow, settled=waiting(2))
+    terminate = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'WITH head AS%%'"
+    )
+    with connections["default"].cursor() as cursor:
+        cursor.execute(terminate)
+    eventually(lambda: "first" in threads.results)
+    eventually(blocked_on_a_lock(1))  # second and c: one statement, on second's connection
+    with connections["default"].cursor() as cursor:
+        cursor.execute(terminate)
+    results = threads.join()
+    open_gate()
+
+    assert lost_connection(results["second"]) and not isinstance(results["second"], rows.LostElsewhere)
+    before, status, reply, after = results["c"]
+    assert status == 200 and reply["data"]["promise"]["id"] == "c" and reply["data"]["promise"]["state"] == "pending"
+    assert before == after  # the same connection
+    assert not transactions.database_troubled()
+    assert Task.objects.filter(promise_id="c").exists() and Message.objects.filter(key="e:c").exists()
 
 
 def test_a_thread_that_does_not_send_creates_together_never_waits_for_a_statement_in_flight(gate, one_in_flight):
