@@ -53,16 +53,16 @@ def values_for(field):
 
 
 def comparable(param, field):
-    """A parameter as what it stores: a jsonb wrapper by the JSON it sends, SQLite's JSON text by the value it reads
-    back as (rows writes orjson's text, Django the json module's, with spaces), anything else by type and value."""
+    """A parameter as what it stores: a jsonb wrapper by the JSON it sends, JSON text by the value it reads back as
+    (rows writes orjson's text, Django the json module's, with spaces), anything else by type and value."""
     from psycopg.types.json import Jsonb
     from psycopg.types.numeric import Int2, Int4, Int8
 
     if isinstance(param, Jsonb):
         text = (param.dumps or json.dumps)(param.obj)
-        return "jsonb", json.loads(text)
+        return "json", json.loads(text)
     if isinstance(field, models.JSONField) and isinstance(param, str):
-        return "json text", json.loads(param)
+        return "json", json.loads(param)
     if isinstance(param, Int8 | Int4 | Int2):  # Django's wrapper of an integer column's type: rows binds a bigint
         return int, int(param)
     return type(param), param
