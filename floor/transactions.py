@@ -107,10 +107,10 @@ def run_atomically(operation, *args, mode=Mode.TRANSACTION, ambiguous_none=False
     A kept connection that turns out to be dead is replaced and the operation runs again: nothing of it can have
     been committed. A create whose rows went in another thread's statement, whose connection was lost
     (rows.LostElsewhere), runs again on its own connection, as after a lost connection of its own (its rows may
-    have committed), without closing that connection or taking the database for troubled. A database that cannot be reached is waited for, DB_OUTAGE_WAIT_MS at most (a failover's
-    promotion takes a second or two, and the released Python SDK does not retry a 503), then Unavailable. A
-    connection lost while committing leaves the outcome unknown: Unavailable at once. Either way the caller is told
-    to retry.
+    have committed), without closing that connection or taking the database for troubled. A database that cannot
+    be reached is waited for, DB_OUTAGE_WAIT_MS at most (a failover's promotion takes a second or two, and the
+    released Python SDK does not retry a 503), then Unavailable. A connection lost while committing leaves the
+    outcome unknown: Unavailable at once. Either way the caller is told to retry.
 
     ambiguous_none: the operation writes with one statement in autocommit, and answers None when it finds
     that write already made (task.create's and task.acquire's first steps). Its statement may have committed
