@@ -262,8 +262,9 @@ def run_together(calls):
 
 
 def run_again_on_a_new_connection():
-    """Whether the operation under way runs again because its connection was lost: a statement of its first run may
-    have committed (see run_atomically), and what it finds written may be its own."""
+    """Whether the operation under way runs again because its connection was lost, or that of another thread's
+    statement that carried its rows (rows.LostElsewhere): a statement of its first run may have committed (see
+    run_atomically), and what it finds written may be its own."""
     return _rerun.get()
 
 
