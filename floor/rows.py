@@ -524,12 +524,7 @@ def _preparer(model, attname, vendor):
         def json_text(value, connection):  # as adapt_json_value, in orjson's text (_dumps_text); None is SQL NULL
             if value is None:
                 return None
-            if type(value) not in _JSON_TYPES:
-                return slow(value, connection)
-            try:
-                return orjson.dumps(value).decode()  # _dumps_text's first step, written out: 5 JSON values a create
-            except TypeError:
-                return _dumps_text(value)
+            return _dumps_text(value) if type(value) in _JSON_TYPES else slow(value, connection)
 
         return json_text
     return slow
@@ -546,21 +541,14 @@ def _plain_json(field):
     )
 
 
-def _dumps(value):
-    """JSON text for a jsonb parameter: orjson's, or the standard library's for what orjson refuses (integers past
-    64 bits); the database stores the same jsonb from either."""
+def _dumps_text(value):
+    """JSON text for a JSON parameter: orjson's, without the standard library's spaces (json.dumps was 5% of a
+    create's time in the embedded mode), or the standard library's for what orjson refuses (integers past 64 bits).
+    Read back, both give the same value: nothing compares the stored text."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value).decode()
     except TypeError:
         return json.dumps(value)
-
-
-def _dumps_text(value):
-    """JSON text for a SQLite JSON column: orjson's, without the standard library's spaces (json.dumps was 5% of a
-    create's time in the embedded mode), or the standard library's for what orjson refuses. Read back, both give
-    the same value: nothing compares the stored text."""
-    text = _dumps(value)
-    return text.decode() if type(text) is bytes else text
 
 
 def quote(name):
@@ -910,10 +898,8 @@ def insert_unless_exists(instance, dependents=(), using=DEFAULT):
     params = [value for row in (instance, *dependents) for value in row_params(row, connection)]
     if _together_here.on and in_autocommit(connection):
         inserted = _together.run(shape, instance.pk, (instance.pk, params, connection))
-        if isinstance(inserted, _LostElsewhere):
-            raise LostElsewhere(f"the connection of a statement sent with this one's rows was lost: {inserted}")
         if isinstance(inserted, BaseException):
-            raise inserted  # this thread's connection lost (or the process stopping)
+            raise inserted  # its statement's connection lost (LostElsewhere: not this thread's), or stopping
         if inserted:
             for row in (instance, *dependents):
                 row._state.adding, row._state.db = False, using
@@ -959,7 +945,7 @@ def send_creates_together():
 def _send_together(shape, items):
     """insert_unless_exists's rows of several threads, (key, parameters, connection) each, in one statement on the
     first one's connection (the sending thread's own): for each, True when it was inserted, False when its thread
-    must send its own statement; or, the connection lost, the error for the first and _LostElsewhere for the
+    must send its own statement; or, the connection lost, the error for the first and a LostElsewhere for each of the
     others."""
     model, dependents, using = shape
     connection = items[0][2]
@@ -979,21 +965,12 @@ def _send_together(shape, items):
             inserted = {row[0] for row in cursor.fetchall()}
     except Exception as error:
         if lost_connection(error):
-            return [error] + [_LostElsewhere(error)] * (len(items) - 1)
+            lost = f"the connection of a statement sent with this one's rows was lost: {error}"
+            return [error] + [LostElsewhere(lost) for _ in items[1:]]  # one each: each thread raises its own
         return [False] * len(items)  # its own reason: each sends its own statement, and only its own fails
     if len(items) > 1:
         requests_committed_together(len(inserted))
     return [key in inserted for key, _, _ in items]
-
-
-class _LostElsewhere(NamedTuple):
-    """The connection of the statement that carried a thread's rows was lost, on another thread: they may have been
-    committed."""
-
-    error: Exception
-
-    def __str__(self):
-        return str(self.error)
 
 
 class LostElsewhere(OperationalError):
