@@ -190,12 +190,14 @@ def deployment(tmp_path_factory):
     yield from run_deployment(Deployment(tmp_path_factory.mktemp("chaos")))
 
 
-def record(fault, recovery_s, verdict, health_worst_ms=None):
-    """A row of the table printed at the end of the run (RESULTS): a fault, its recovery, what the ledger showed."""
+def record(fault, recovery_s, verdict, health_worst_ms=None, recovery_steps=None):
+    """A row of the table printed at the end of the run (RESULTS): a fault, its recovery (with when each of its steps
+    came, in var/chaos.jsonl), what the ledger showed."""
     RESULTS.append(
         {
             "fault": fault,
             "recovery s": round(recovery_s, 2),
+            "recovery steps s": recovery_steps,
             **{key: len(value) if isinstance(value, list) else value for key, value in verdict.items()},
             "health worst ms": health_worst_ms,
             "at": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -218,13 +218,16 @@ FAULTS = [
 @pytest.mark.parametrize("fault", FAULTS, ids=[fault.name for fault in FAULTS])
 def test_production_mode_rides_out_the_fault_and_loses_nothing(deployment, fault):
     recovery, verdict, load, marks = ride_out(deployment, f"chaos-{uuid.uuid4().hex[:8]}", fault.inject)
-    record(fault.name, recovery, verdict, round(getattr(load, "health_worst_s", 0) * 1000, 1) or None)
+    worst = round(getattr(load, "health_worst_s", 0) * 1000, 1) or None
+    record(fault.name, recovery, verdict, worst, load.recovery_phases)
 
     assert verdict["errors"] == []
     assert verdict["lost"] == []
     assert verdict["early"] == []
     assert verdict["doubled"] == []
-    assert recovery <= RECOVERY_BOUND_S, deployment.logs_since(marks)  # the logs say what took so long
+    # When each step of the recovery came, and the logs, say what took so long.
+    steps = f"steps, s after the fault: {load.recovery_phases}"
+    assert recovery <= RECOVERY_BOUND_S, f"{steps}\n{deployment.logs_since(marks)}"
     assert getattr(load, "health_worst_s", 0) < 1
 
 
@@ -256,8 +259,14 @@ def ride_out(deployment, group, inject, from_its_start=False):
 
 def recovered_after(deployment, load, ended):
     """Seconds from the fault's end until every process runs, /health answers, a new workflow is executed and
-    finished, and a new timer's unblock arrives (counted from its deadline)."""
+    finished, and a new timer's unblock arrives (counted from its deadline). When each step came, in seconds from
+    the fault's end, is left in load.recovery_phases, for a failure's message."""
     rpc = Rpc(deployment.url, deadline_s=60)
+    phases = load.recovery_phases = {}
+
+    def reached(phase):
+        phases.setdefault(phase, round(time.monotonic() - ended, 2))
+
     while time.monotonic() - ended < 60:
         try:
             if deployment.all_running() and httpx.get(f"{deployment.url}/health", timeout=1).status_code == 200:
@@ -265,6 +274,7 @@ def recovered_after(deployment, load, ended):
         except (httpx.HTTPError, OSError):
             pass
         time.sleep(0.1)
+    reached("serving")
     probe = f"{load.group}-probe-{uuid.uuid4().hex[:6]}"
     rpc(
         "promise.create",
@@ -282,12 +292,21 @@ def recovered_after(deployment, load, ended):
         _, data = rpc("promise.register_listener", {"awaited": timer, "address": f"poll://uni@{load.group}/timers"})
         if data["promise"]["state"] == "pending":
             break  # otherwise registering took past its deadline (a slow database): try another
+    reached("probe and timer created")
     while time.monotonic() - ended < 60:
         with load.ledger.lock:
-            if load.ledger.fulfilled[probe] and load.ledger.unblocks[timer]:
-                return max(0.0, time.monotonic() - ended - 0.3)  # less the timer's own 300 ms
+            executed = any(task == probe for task, _ in load.ledger.executes)
+            fulfilled, unblocked = load.ledger.fulfilled[probe], load.ledger.unblocks[timer]
+        if executed:
+            reached("probe's execute received")
+        if fulfilled:
+            reached("probe fulfilled")
+        if unblocked:
+            reached("timer's unblock received")
+        if fulfilled and unblocked:
+            return max(0.0, time.monotonic() - ended - 0.3)  # less the timer's own 300 ms
         time.sleep(0.02)
-    pytest.fail("the deployment did not recover within 60 s")
+    pytest.fail(f"the deployment did not recover within 60 s (steps reached, s after the fault: {phases})")
 
 
 def test_a_server_process_killed_right_after_its_commit_loses_no_message(deployment):
