@@ -22,6 +22,7 @@ from floor.protocol import parse_poll_address
 from floor.transactions import Mode, after_commit, run_atomically
 from outbox.delivery import (
     BATCH,
+    PASS_BATCH,
     Outcome,
     Transport,
     claim_on_write,
@@ -36,7 +37,7 @@ from outbox.delivery import (
     still_held,
 )
 from outbox.delivery import requeue as requeue_messages
-from outbox.hub import hub, takes_back
+from outbox.hub import hub, joins_go_to, takes_back
 from outbox.models import DeliveryState, Message, Pause
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,9 @@ class Deliverer(threading.Thread):
     message is on its way to its stream within milliseconds of the commit; HTTP pushes (which may take
     PUSH_TIMEOUT_MS) are handed to Celery workers; Beat's delivery pass catches whatever is missed, a
     process killed between its commit and its delivery included.
+
+    In either mode, a stream that connects to this process makes the messages of its group that found no stream
+    due, and sends them (due_on_join; see outbox.delivery.joins_heard).
     """
 
     WAITING = 10_000  # announcements held while delivery is slow; beyond that, the delivery pass has them
@@ -173,6 +177,10 @@ class Deliverer(threading.Thread):
     PAUSE_TRUSTED_S = 0.1  # how long other threads act on debug.start's pause as this thread last read it
     PAUSE_REREAD_S = 0.05  # how old a read of the pause this thread reads again (paused), by itself while asked
     ASKED_S = 1.0  # how long after a request last asked about the pause this thread keeps its read fresh (run)
+    # How long after a join its group's waiting messages are made due once more: an attempt that found no stream
+    # just before the stream connected may be recorded after the first due_on_join (not on SQLite, whose due_on_join
+    # waits for it). Attempts are recorded milliseconds after they look; one recorded later waits out its grace.
+    JOIN_RECHECK_S = 1.0
 
     def __init__(self, stopping=lambda: False, embedded=True):
         super().__init__(name="resonate-deliverer", daemon=True)
@@ -184,8 +192,9 @@ class Deliverer(threading.Thread):
         self.pause_read = (float("-inf"), False)  # (when, whether): debug.start's pause as last read (paused)
         self.pause_tried = float("-inf")  # when this thread last began reading it, whether or not it could
         self.asked_at = float("-inf")  # when another thread last asked whether it was unpaused (unpaused_lately)
-        self.hears_every_join = False  # see outbox.delivery.joins_heard
         self.joins_waiting = set()  # groups whose streams connected while delivery was paused (debug.start)
+        self.rechecks = {}  # group → when (monotonic s) its join is looked at again (JOIN_RECHECK_S)
+        self.rechecks_joins = False  # whether joins need that second look (set at start: not on SQLite)
 
     def stop(self):
         self.stopped.set()
@@ -198,13 +207,12 @@ class Deliverer(threading.Thread):
         _deliverer = (_this_process, self)
         if self.handoff is not None:
             self.handoff.start()
-        if self.embedded and hasattr(hub(), "joined"):  # every stream is in this process: told of each that connects
-            hub().joined = self.joined
-            self.hears_every_join = connection.vendor == "sqlite"
+        self.rechecks_joins = connection.vendor != "sqlite"
         super().start()
 
     def joined(self, group):
-        """A stream of `group` has connected (on the event loop): what found no stream of it goes now (due_on_join)."""
+        """A stream of `group` has connected to this process (on its event loop): what found no stream of it goes now
+        (due_on_join)."""
         with contextlib.suppress(queue.Full):
             self.keys.put_nowait([Joined(group)])
 
@@ -238,8 +246,9 @@ class Deliverer(threading.Thread):
         period = resonate_settings.DELIVERY_PASS_MS / 1000 if self.embedded else float("inf")
         next_pass = time.monotonic() if self.embedded else float("inf")
         while not self.stopping():
+            wake = min(next_pass, min(self.rechecks.values(), default=float("inf")))
             try:
-                keys = self.keys.get(timeout=min(max(0.0, next_pass - time.monotonic()), self.fresh_pause_in(), 3600))
+                keys = self.keys.get(timeout=min(max(0.0, wake - time.monotonic()), self.fresh_pause_in(), 3600))
             except queue.Empty:
                 keys = []
             while 0 < len(keys) < BATCH:  # take what else was announced meanwhile, in one go
@@ -260,7 +269,7 @@ class Deliverer(threading.Thread):
                     next_pass = time.monotonic() + period
                     continue
                 self.joins_waiting = set()
-                if joined and due_on_join(joined, now_ms()):
+                if self.make_due_on_join(joined) and self.embedded:
                     next_pass = time.monotonic()  # the pass below sends them
                 if keys:
                     self.deliver_announced(keys)
@@ -270,6 +279,30 @@ class Deliverer(threading.Thread):
             except Exception:
                 log_failure(log, "delivery failed; the delivery pass will try again")
         connections.close_all()  # this thread's own
+
+    def make_due_on_join(self, joined):
+        """Make due what found no stream of the groups that streams have just joined, and of those whose second look
+        (JOIN_RECHECK_S) has come; in production, send it (the embedded pass does, in batches its writer can take).
+        How many messages were made due."""
+        now = time.monotonic()
+        rechecked = {group for group, at in self.rechecks.items() if at <= now}
+        for group in rechecked:
+            del self.rechecks[group]
+        if self.rechecks_joins:
+            self.rechecks.update(dict.fromkeys(joined, now + self.JOIN_RECHECK_S))
+        groups = joined | rechecked
+        if not groups:
+            return 0
+        try:
+            due = due_on_join(sorted(groups), now_ms())
+        except Exception:  # the database away: looked at again JOIN_RECHECK_S later
+            self.rechecks.update(dict.fromkeys(groups, now + self.JOIN_RECHECK_S))
+            raise
+        if not self.embedded:
+            for start in range(0, len(due), PASS_BATCH):
+                chunk = due[start : start + PASS_BATCH]
+                deliver(chunk, limit=len(chunk), only=Transport.POLL)
+        return len(due)
 
     def hand_over(self, announced):
         """On the thread that committed them: hand the messages bound for a stream of this process to it at once, and
@@ -411,12 +444,25 @@ class Handoff(threading.Thread):
 
 
 def hears_every_join():
-    """Whether this process's deliverer runs and hears every stream connect (outbox.delivery.joins_heard)."""
+    """Whether every stream's connecting makes its group's waiting messages due (outbox.delivery.joins_heard): in
+    production mode, where each server process's deliverer does so for its own streams (started by the first, see
+    heard_join), and in the embedded mode while this process's deliverer runs."""
+    if resonate_settings.BACKGROUND == "celery":
+        return True
     pid, running = _deliverer
-    return pid == _this_process and running.hears_every_join and not running.stopped.is_set()
+    return pid == _this_process and running.embedded and running.is_alive() and not running.stopped.is_set()
+
+
+def heard_join(group):
+    """A stream of `group` has connected to this process (outbox.hub, on its event loop): told to this process's
+    deliverer, started by it in production mode. Nothing hears it where no deliverer runs (tests, commands)."""
+    running = deliverer()
+    if running is not None:
+        running.joined(group)
 
 
 hears_joins(hears_every_join)
+joins_go_to(heard_join)
 
 _deliverer = (None, None)  # (process id, Deliverer): a forked process (a Celery worker) starts its own
 _deliverer_lock = threading.Lock()

@@ -7,7 +7,8 @@ sorted set per group (score = expiry, refreshed while it lives). PUBLISH answers
 heard, so a stream that is gone (its process dead, its advertisement stale) is noticed at once. Every
 advertisement is announced on one channel, JOINS, which every server process hears: a process that read a
 group a moment ago and has heard of no stream joining it since knows, without asking Redis, whether any
-stream can take a message (nobody_listens).
+stream can take a message (nobody_listens). The process a stream connects to also tells its deliverer
+(`joins_go_to`), which makes the messages of its group that found no stream due at once.
 
 A message counts as delivered only once its stream has written it to its client (`delivered`): until
 then it stays claimed in the outbox, so one taken by a process that dies before writing it (killed,
@@ -158,6 +159,17 @@ def takes_back(requeue, record_delivered):
     _takes_back, _records_delivered = requeue, record_delivered
 
 
+def joins_go_to(joined):
+    """Register what hears each stream that connects to this process, joined(group) (called on the stream's event
+    loop, so it must not block): outbox.dispatch's, whose deliverer makes the group's waiting messages due."""
+    global _joined
+    _joined = joined
+
+
+def _joined(group):
+    """Nobody hears joins (a process with no deliverer): a waiting message goes at its next attempt."""
+
+
 def _poll_retry_ms():
     from floor.conf import resonate_settings
 
@@ -174,10 +186,11 @@ async def _flushed(loop):
 class MemoryHub:
     """Streams and deliverers in one process."""
 
+    knows_every_stream = True  # groups_listening is every group with a stream (outbox.delivery.drop_unheard)
+
     def __init__(self):
         self.streams = {}  # group → {key: Stream}
         self.lock = threading.Lock()
-        self.joined = lambda group: None  # told of each stream that connects (the embedded Deliverer: joined)
 
     async def ready(self):
         return True
@@ -189,7 +202,7 @@ class MemoryHub:
         stream = Stream(group, id, asyncio.get_running_loop())
         with self.lock:
             self.streams.setdefault(group, {})[stream.key] = stream
-        self.joined(group)
+        _joined(group)
         return stream
 
     def open_streams(self):
@@ -203,7 +216,7 @@ class MemoryHub:
         await _flushed(stream.loop)  # offers made under the lock before the pop were scheduled before this
 
     def groups_listening(self):
-        """The groups with a stream now (outbox.delivery.drop_unheard)."""
+        """The groups with a stream now (outbox.delivery.drop_unheard): every stream is in this process."""
         with self.lock:
             return {group for group, streams in self.streams.items() if streams}
 
@@ -242,6 +255,7 @@ class RedisHub:
     pool for advertisements. The deliverer side is synchronous and thread-safe.
     """
 
+    knows_every_stream = False  # most streams are other processes'
     TTL_MS = 30_000  # an advertisement not refreshed for this long belongs to a dead process
     REFRESH_S = 10
     HEARTBEAT_S = 2  # the relay hears its own process channel this often, or reconnects after 3 beats
@@ -313,6 +327,7 @@ class RedisHub:
         except asyncio.CancelledError:  # the client left while the stream was being set up
             await self.close(stream)  # else it stayed advertised and refreshed, and took messages nobody read
             raise
+        _joined(stream.group)
         return stream
 
     def open_streams(self):
@@ -395,6 +410,8 @@ class RedisHub:
                 if streams:
                     await pubsub.subscribe(*(s.channel for s in streams))
                     await self._advertise(streams)
+                    for group in sorted({stream.group for stream in streams}):  # unheard meanwhile: joined again
+                        _joined(group)
                 self.up.set()
                 # Streams that closed meanwhile found no connection to unsubscribe from: undo them here.
                 gone = [stream for stream in streams if stream.key not in self.streams]

@@ -334,11 +334,12 @@ def test_a_message_for_a_stream_of_the_committing_process_goes_to_it_from_the_co
     queued = []
     while not running.keys.empty():
         queued.extend(running.keys.get_nowait())
+    assert queued[0] == dispatch.Joined("drain")  # the stream's connecting, told to this process's deliverer
     if delivery == "running":
         assert written.startswith('data: {"kind":"unblock"')
-        assert queued == [dispatch.Written(message.key, message.created_at)]  # only its receipt, to record
+        assert queued[1:] == [dispatch.Written(message.key, message.created_at)]  # only its receipt, to record
     else:
-        assert queued[0] is message  # for the deliverer thread, which looks at the pause first
+        assert queued[1] is message  # for the deliverer thread, which looks at the pause first
 
 
 def test_receipts_that_arrive_within_the_linger_are_recorded_in_one_statement(monkeypatch):
@@ -503,6 +504,34 @@ def test_a_stream_that_connects_while_delivery_is_paused_gets_its_waiting_messag
         assert asyncio.run(scenario()).startswith('data: {"kind":"unblock"')
     finally:
         running.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_join_is_looked_at_again_for_an_attempt_recorded_after_it(memory_hub):
+    """On PostgreSQL an attempt that found no stream just before one connected may be recorded only after the
+    deliverer's due_on_join for that stream: the deliverer makes the group's waiting messages due once more
+    JOIN_RECHECK_S later (and once only)."""
+    from outbox import dispatch
+
+    running = dispatch.Deliverer()  # its thread not started: driven by hand
+    running.rechecks_joins = True  # as start() sets it on PostgreSQL
+
+    def waiting(id):
+        message = Message.build(MessageKind.UNBLOCK, id, ADDRESS, {"promise": {"id": id}}, now=now_ms())
+        message.attempts, message.unreached_since, message.next_attempt_at = 1, now_ms(), now_ms() + 60_000
+        Message.objects.store([message])  # found no stream: due at the end of its grace
+        return message.key
+
+    def due(key):
+        return Message.objects.get(key=key).next_attempt_at <= now_ms()
+
+    first = waiting("p")
+    assert running.make_due_on_join({"drain"}) == 1 and due(first)
+    late = waiting("q")  # its attempt recorded after the join was looked at
+    assert running.make_due_on_join(set()) == 0 and not due(late)  # its second look has not come yet
+    running.rechecks["drain"] = time.monotonic()  # it has
+    assert running.make_due_on_join(set()) == 1 and due(late)
+    assert running.rechecks == {}  # once: a second look is not looked at again
 
 
 @pytest.mark.django_db(transaction=True)

@@ -22,6 +22,21 @@ def now_ms():
     return time.time_ns() // 1_000_000
 
 
+def attempts(database_url, kind, subject):
+    """How many attempts a server has made to deliver the message of this kind about this task or promise, read
+    from its database."""
+    import sqlite3
+
+    import psycopg
+
+    query = "SELECT attempts FROM outbox_message WHERE kind = %s AND subject = %s"
+    if database_url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as connection:
+            return connection.execute(query.replace("%s", "?"), [kind, subject]).fetchone()[0]
+    with psycopg.connect(database_url) as connection:
+        return connection.execute(query, [kind, subject]).fetchone()[0]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import pytest
 
 from resonate_site.management.commands.serve import GRACE_S
 from tests.e2e.conftest import start_embedded
-from tests.e2e.servers import Client, Listener, assert_clean_logs, now_ms
+from tests.e2e.servers import Client, Listener, assert_clean_logs, attempts, now_ms
 
 pytestmark = pytest.mark.postgres  # production mode runs on PostgreSQL
 
@@ -84,6 +84,29 @@ def test_anycast_reaches_streams_held_by_either_server_process(production, uniqu
                     got.setdefault(event["data"]["task"]["id"], set()).add(name)
         threading.Event().wait(0.1)
     assert set().union(*got.values()) == {"a", "b"}  # both processes' streams took work (2^-19 to fail by chance)
+
+
+def test_a_message_nobody_could_take_waits_for_a_stream_and_goes_when_one_connects_to_either_process(
+    production, unique
+):
+    """An unblock whose listener has no stream is not tried again every POLL_RETRY_MS by the Celery worker (a row
+    update each time: production's create at 1 client ran at a fifth of its speed with nobody listening); it waits
+    for its group's next stream (outbox.delivery.joins_heard) or the end of its grace. The server process the stream
+    connects to makes it due and sends it: one attempt more, long before its grace ends."""
+    a, b = production.servers
+    rpc, database_url = Client(a.url), production.env["DATABASE_URL"]
+    assert rpc("promise.create", {"id": unique, "timeoutAt": now_ms() + 60_000})[0] == 200
+    assert rpc("promise.register_listener", {"awaited": unique, "address": f"poll://uni@{unique}/c1"})[0] == 200
+    assert rpc("promise.settle", {"id": unique, "state": "resolved", "value": {}})[0] == 200
+    threading.Event().wait(2)  # four retries' worth, and two of Beat's delivery passes
+    assert attempts(database_url, "unblock", unique) == 1
+
+    connecting = now_ms()
+    unblock = Listener(b.url, unique, "c1").next(kind="unblock", timeout=5)
+
+    assert unblock["data"]["promise"]["id"] == unique
+    assert unblock["received_at"] - connecting < 2000  # its grace (10 s) had 8 s to run
+    assert attempts(database_url, "unblock", unique) == 2
 
 
 def test_a_server_told_to_stop_ends_its_streams_at_once_and_its_worker_gets_its_messages_from_another(
