@@ -89,8 +89,14 @@ def test_a_stream_whose_client_leaves_while_it_is_set_up_is_not_left_behind(own_
     assert advertised == 2
 
 
-def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_it_returns(own_redis):
-    """Redis restarted with nothing on disk: subscriptions and advertisements are gone and must come back."""
+def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_it_returns(own_redis, monkeypatch):
+    """Redis restarted with nothing on disk: subscriptions and advertisements are gone and must come back. Its
+    streams, advertised again, count as joining again: a message that found none meanwhile waits for that
+    (outbox.delivery.joins_heard)."""
+    import outbox.hub
+
+    joined = []
+    monkeypatch.setattr(outbox.hub, "_joined", joined.append)
     hub = RedisHub(own_redis.url)
     deliverer = RedisHub(own_redis.url)  # in another process: what it routes to the stream goes through Redis
 
@@ -105,6 +111,8 @@ def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_i
 
     async def scenario():
         stream = await hub.register("g", "w1")
+        assert set(joined) == {"g"}  # once, or twice when the relay's first connection advertised it too
+        told = len(joined)
         own_redis.kill()
         lag_while_down = await loop_lag(2)
         with pytest.raises(HubUnavailable):
@@ -116,7 +124,11 @@ def test_the_hub_rides_out_redis_going_away_and_its_streams_receive_again_when_i
         while await publish(deliverer, "poll://uni@g/w1", event(1)) != [True]:
             assert time.monotonic() - back < 10, "the stream never became reachable again"
             await asyncio.sleep(0.05)
-        return lag_while_down, time.monotonic() - back, await next_line(stream)
+        recovered_in = time.monotonic() - back
+        while len(joined) == told:  # told right after the advertisement, which a deliverer may already have read
+            assert time.monotonic() - back < 10, f"joins told: {joined}"
+            await asyncio.sleep(0.01)
+        return lag_while_down, recovered_in, await next_line(stream)
 
     lag_while_down, recovered_in, line = asyncio.run(scenario())
     assert lag_while_down < 1  # a spinning relay starves the loop for as long as Redis is away
