@@ -298,7 +298,7 @@ def recovered_after(deployment, load, ended):
             executed = any(task == probe for task, _ in load.ledger.executes)
             fulfilled, unblocked = load.ledger.fulfilled[probe], load.ledger.unblocks[timer]
         if executed:
-            reached("probe's execute received")
+            reached("probe's execute taken up by a worker")  # its worker's thread got to it (behind a backlog)
         if fulfilled:
             reached("probe fulfilled")
         if unblocked:
