@@ -86,6 +86,22 @@ class Process:
         self.log.close()
 
 
+def server_processes(serve_pid):
+    """The uvicorn processes of a `serve --workers N`: its children, but multiprocessing's resource tracker."""
+    children = Path(f"/proc/{serve_pid}/task/{serve_pid}/children").read_text().split()
+    return [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def eventually(check, timeout=20):
+    """check()'s first result that is not None, asked every 0.2 s; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := check()) is not None:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s")
+
+
 def wait_ready(url, process, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

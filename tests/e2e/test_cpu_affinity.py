@@ -4,14 +4,13 @@
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from resonate_site.serving import cpus_to_pin, pin_processes
 from tests.e2e.conftest import production_env
-from tests.e2e.servers import Process, free_port, runtime_python, wait_ready
+from tests.e2e.servers import Process, eventually, free_port, runtime_python, server_processes, wait_ready
 
 CPUS = sorted(os.sched_getaffinity(0))[:2]  # the server runs on two CPUs of this machine, whatever it has
 needs_two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="pinning two processes needs two CPUs")
@@ -27,12 +26,6 @@ def cpus_of_threads(pid):
         except ProcessLookupError:  # ended meanwhile
             continue
     return found
-
-
-def server_processes(serve_pid):
-    """serve's uvicorn processes: its children, but multiprocessing's resource tracker."""
-    children = Path(f"/proc/{serve_pid}/task/{serve_pid}/children").read_text().split()
-    return [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def start_serve(database_url, tmp_path, **settings):
@@ -56,15 +49,6 @@ def pinned(serve_pid):
             return None
         found[pid] = next(iter(next(iter(sets))))
     return found if len(found) == 2 else None
-
-
-def eventually(check, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (found := check()) is not None:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout} s")
 
 
 def answered(url):

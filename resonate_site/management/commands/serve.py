@@ -66,7 +66,8 @@ class Command(BaseCommand):
                 target=keep_sweeping, args=(float("inf"), stop.is_set), name="resonate-sweeper", daemon=True
             ).start()
             Deliverer(stop.is_set).start()
-        self.wait_for_the_port(host, port)
+        if not self.wait_for_the_port(host, port):
+            raise CommandError(f"port {port} of {host} is in use")
         mode = "embedded: sweeping and delivering in this process" if embedded else "timeouts and delivery by Celery"
         self.stdout.write(f"Resonate server on http://{host}:{port}/ ({mode})")
         if workers > 1:
@@ -85,8 +86,12 @@ class Command(BaseCommand):
                 http="resonate_site.serving:GuardedHttpProtocol",
                 limit_concurrency=resonate_settings.MAX_CONNECTIONS,
             )
-            if workers > 1:  # as uvicorn.run does, with the supervisor of rolling restarts
-                RollingRestarts(config, sockets=[config.bind_socket()]).run()
+            if workers > 1:  # as uvicorn.run does, with the supervisor of rolling restarts and a socket per process
+                try:
+                    supervisor = RollingRestarts(config)
+                except OSError as error:
+                    raise CommandError(f"cannot listen on {host}:{port}: {error}") from error
+                supervisor.run()
             else:
                 config.load_app()
                 server = uvicorn.Server(config)
@@ -97,17 +102,21 @@ class Command(BaseCommand):
             stop.set()
 
     def wait_for_the_port(self, host, port, timeout_s=PORT_WAIT_S):
-        """A serve killed with SIGKILL leaves its server processes holding the port until they notice (within 1 s)
-        and finish their requests (within GRACE_S): its successor, started at once by the supervisor, waits for them
-        rather than fail to bind and be started again."""
+        """Whether the port is free, waiting for it: a serve killed with SIGKILL leaves its server processes holding
+        the port until they notice (within 1 s) and finish their requests (within GRACE_S), and its successor, started
+        at once by the supervisor, waits for them rather than fail to bind and be started again. False when it is
+        still in use after `timeout_s`: the server processes' sockets (SO_REUSEPORT) would bind it beside whatever
+        holds it, another serve of this user among them, and share its clients."""
         deadline, said = time.monotonic() + timeout_s, False
         while True:
             try:
                 socket.create_server((host, port)).close()  # bound as uvicorn binds (SO_REUSEADDR), then let go
-                return
+                return True
             except OSError as error:
-                if error.errno != errno.EADDRINUSE or time.monotonic() > deadline:
-                    return  # uvicorn's bind says what is wrong
+                if error.errno != errno.EADDRINUSE:
+                    return True  # the bind of the server's own socket says what is wrong
+                if time.monotonic() > deadline:
+                    return False
                 if not said:
                     self.stderr.write(f"port {port} is still held (a previous server's processes?); waiting for it")
                     said = True

@@ -1,0 +1,163 @@
+"""serve --workers N gives each server process a listening socket of its own on the port (SO_REUSEPORT,
+resonate_site.serving.listening_socket), so that new connections are spread over the processes; a process started in
+another's place takes over its socket, SIGTTIN adds a socket with its process and SIGTTOU closes the one it takes away.
+The sockets are read from /proc: which listening sockets the port has, and which process holds each connection."""
+
+import os
+import signal
+import socket
+import threading
+
+import pytest
+
+from resonate_site.management.commands.serve import Command
+from resonate_site.serving import listening_socket
+from tests.e2e.conftest import production_env
+from tests.e2e.servers import Process, eventually, free_port, runtime_python, server_processes, wait_ready
+
+REDIS_URL = "redis://127.0.0.1:6379/9"
+BODY = b'{"kind":"promise.get","head":{"corrId":"a","version":"2026-04-01"},"data":{"id":"none"}}'
+REQUEST = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(BODY),
+    BODY,
+)
+ANSWERED = b"HTTP/1.1 404 Not Found"  # the protocol's answer: no promise "none"
+
+
+def tcp_sockets(port, state):
+    """{inode} of this machine's IPv4 TCP sockets in `state` ("0A" listening, "01" established) on local `port`."""
+    found = set()
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if int(fields[1].split(":")[1], 16) == port and fields[3] == state:
+                found.add(int(fields[9]))
+    return found
+
+
+def sockets_held(pid):
+    """{inode} of the sockets a process holds open."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def listeners(serve_pid, port):
+    """{listening socket: the server processes that hold it} for the port, once each is held by exactly one; None
+    before (a process starting, or one gone that its replacement has not yet taken over)."""
+    held = {pid: sockets_held(pid) for pid in server_processes(serve_pid)}
+    found = {inode: {pid for pid, inodes in held.items() if inode in inodes} for inode in tcp_sockets(port, "0A")}
+    return {inode: pids.pop() for inode, pids in found.items()} if all(len(p) == 1 for p in found.values()) else None
+
+
+def answer_all(port, count):
+    """Open `count` connections at once, then ask promise.get on each: [the answer's first line] and {server process:
+    connections it holds} while they are still open."""
+    connections = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+    try:
+        replies = [None] * count
+
+        def ask(index):
+            connections[index].sendall(REQUEST)
+            replies[index] = connections[index].recv(65536).split(b"\r\n", 1)[0]
+
+        threads = [threading.Thread(target=ask, args=(index,)) for index in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        return replies, held_connections(port)
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+def held_connections(port):
+    """{pid: connections accepted on the port that it holds}, for every process holding one."""
+    established = tcp_sockets(port, "01")
+    counts = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            mine = len(sockets_held(pid) & established)
+        except (FileNotFoundError, PermissionError):
+            continue
+        if mine:
+            counts[int(pid)] = mine
+    return counts
+
+
+@pytest.fixture
+def serve(database_url, tmp_path):
+    """manage.py serve --workers 2 in production mode: (its process, its port)."""
+    port = free_port()
+    env = production_env(database_url, REDIS_URL, RESONATE_AUTH_DISABLED="true")
+    command = ["manage.py", "serve", "--port", str(port), "--workers", "2", "--log-level", "warning"]
+    process = Process(command, env, tmp_path / "serve.log", python=runtime_python())
+    wait_ready(f"http://127.0.0.1:{port}", process)
+    yield process, port
+    process.stop()
+
+
+@pytest.mark.postgres
+def test_each_server_process_accepts_on_a_socket_of_its_own_and_connections_opened_at_once_are_spread(serve):
+    process, port = serve
+    sockets = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
+    assert sorted(sockets.values()) == sorted(server_processes(process.popen.pid))
+    replies, held = answer_all(port, 32)
+    assert replies == [ANSWERED] * 32
+    assert set(held) == set(sockets.values())
+    # The kernel picks a socket by a hash of each connection's addresses: fewer than 5 of 32 for one process comes
+    # about once in 50,000 runs. With one socket for both, the process that woke first took most of a burst.
+    assert min(held.values()) >= 5, held
+
+
+@pytest.mark.postgres
+def test_a_process_started_in_place_of_one_that_died_takes_over_its_socket(serve):
+    process, port = serve
+    first = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
+    crashed = next(iter(first.values()))
+    os.kill(crashed, signal.SIGKILL)
+
+    def replaced():
+        found = listeners(process.popen.pid, port)
+        return found if found and crashed not in found.values() else None
+
+    again = eventually(replaced, timeout=60)
+    assert set(again) == set(first)  # the same two sockets, the crashed one's now held by its replacement
+    replies, held = answer_all(port, 16)
+    assert replies == [ANSWERED] * 16
+    assert set(held) <= set(again.values())
+
+
+@pytest.mark.postgres
+def test_sigttin_adds_a_process_with_a_socket_of_its_own_and_sigttou_closes_the_socket_of_the_one_it_stops(serve):
+    process, port = serve
+    first = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
+    os.kill(process.popen.pid, signal.SIGTTIN)
+    three = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 3 and found or None)
+    assert set(first) < set(three)
+    assert len(set(three.values())) == 3
+    os.kill(process.popen.pid, signal.SIGTTOU)
+    again = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
+    assert again == first
+    # No connection goes to the closed socket, where nobody would accept it: each is answered.
+    replies, _ = answer_all(port, 16)
+    assert replies == [ANSWERED] * 16
+
+
+def test_serve_does_not_take_a_port_another_holds_even_one_that_its_sockets_could_share():
+    port = free_port()
+    held = listening_socket("127.0.0.1", port)  # as another serve's server process holds it
+    held.listen()
+    try:
+        assert Command().wait_for_the_port("127.0.0.1", port, timeout_s=0.3) is False
+    finally:
+        held.close()
+    assert Command().wait_for_the_port("127.0.0.1", port, timeout_s=0.3) is True
