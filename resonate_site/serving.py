@@ -18,13 +18,13 @@
 
 import asyncio
 import contextlib
-import errno
 import gc
 import logging
 import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -471,6 +471,9 @@ class ProtocolThreads:
             future.set_exception(value)
 
 
+SPREADS_CONNECTIONS = sys.platform.startswith("linux")  # SO_REUSEPORT hands each connection to one of the sockets
+
+
 class RollingRestarts(Multiprocess):
     """uvicorn's supervisor of several server processes (manage.py serve --workers N), each process accepting on a
     socket of its own (`listening_socket`), its slot's: a process started again after a crash, or in a rolling restart,
@@ -491,10 +494,14 @@ class RollingRestarts(Multiprocess):
     STARTUP_S = 60
 
     def __init__(self, config):
-        self.slots = [listening_socket(config.host, config.port) for _ in range(config.workers)]
+        self.shared = None if SPREADS_CONNECTIONS else config.bind_socket()  # one socket for all, as uvicorn binds it
+        self.slots = [self.new_slot(config) for _ in range(config.workers)]
         super().__init__(config, self.slots)
         self.allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.pinned = False
+
+    def new_slot(self, config):
+        return self.shared or listening_socket(config.host, config.port)
 
     def start(self, slot):
         process = Process(self.config, [self.slots[slot]])
@@ -543,7 +550,7 @@ class RollingRestarts(Multiprocess):
 
     def handle_ttin(self):
         log.info("SIGTTIN: one more server process")
-        self.slots.append(listening_socket(self.config.host, self.config.port))
+        self.slots.append(self.new_slot(self.config))
         self.processes.append(self.start(len(self.slots) - 1))
         self.processes_num = len(self.processes)
 
@@ -555,7 +562,9 @@ class RollingRestarts(Multiprocess):
         process = self.processes.pop()
         process.terminate()
         process.join()
-        self.slots.pop().close()  # connections still waiting in it are refused; new ones go to the other sockets
+        slot = self.slots.pop()
+        if slot is not self.shared:
+            slot.close()  # connections still waiting in it are refused; new ones go to the other sockets
         self.processes_num = len(self.processes)
 
     def pin(self):
@@ -576,11 +585,11 @@ def listening_socket(host, port):
     the rate to its one CPU while the other's idled (promise.create at 16 clients, 12 runs of 6 s each: 3,886/s
     against 4,134/s with a socket each, bench/HISTORY.md, 2026-12-07 10:00).
 
-    The port must be free of anything else: SO_REUSEPORT would let another serve of the same user share it, and
-    split its clients with this one. Raises OSError as a bind does."""
+    Linux only (SPREADS_CONNECTIONS): elsewhere SO_REUSEPORT lets sockets share a port without spreading its
+    connections over them, and the processes share one socket, as uvicorn binds it. The port must be free of anything
+    else: SO_REUSEPORT would let another serve of the same user share it, and split its clients with this one. Raises
+    OSError as a bind does."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    if not hasattr(socket, "SO_REUSEPORT"):
-        raise OSError(errno.EOPNOTSUPP, "serve --workers needs SO_REUSEPORT (Linux, BSD, macOS)")
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -161,3 +161,34 @@ def test_serve_does_not_take_a_port_another_holds_even_one_that_its_sockets_coul
     finally:
         held.close()
     assert Command().wait_for_the_port("127.0.0.1", port, timeout_s=0.3) is True
+
+
+@pytest.fixture
+def signals_kept():
+    """uvicorn's supervisor takes over the process's signal handlers as it is made: they are put back."""
+    from uvicorn.supervisors.multiprocess import SIGNALS
+
+    kept = {number: signal.getsignal(number) for number in SIGNALS}
+    yield
+    for number, handler in kept.items():
+        signal.signal(number, handler)
+
+
+@pytest.mark.parametrize("spreads", [True, False])
+def test_the_supervisor_binds_a_socket_per_process_where_the_kernel_spreads_connections_and_one_elsewhere(
+    signals_kept, monkeypatch, spreads
+):
+    import uvicorn
+
+    from resonate_site import serving
+
+    monkeypatch.setattr(serving, "SPREADS_CONNECTIONS", spreads)
+    config = uvicorn.Config("resonate_site.asgi:application", host="127.0.0.1", port=free_port(), workers=3)
+    supervisor = serving.RollingRestarts(config)
+    try:
+        assert len(supervisor.slots) == 3
+        assert {sock.getsockname() for sock in supervisor.slots} == {("127.0.0.1", config.port)}
+        assert len({id(sock) for sock in supervisor.slots}) == (3 if spreads else 1)
+    finally:
+        for sock in {id(sock): sock for sock in supervisor.slots}.values():
+            sock.close()
