@@ -57,7 +57,7 @@ def listeners(serve_pid, port):
     return {inode: pids.pop() for inode, pids in found.items()} if all(len(p) == 1 for p in found.values()) else None
 
 
-def answer_all(port, count):
+def answer_all(serve_pid, port, count):
     """Open `count` connections at once, then ask promise.get on each: [the answer's first line] and {server process:
     connections it holds} while they are still open."""
     connections = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
@@ -73,24 +73,17 @@ def answer_all(port, count):
             thread.start()
         for thread in threads:
             thread.join(timeout=30)
-        return replies, held_connections(port)
+        return replies, held_connections(serve_pid, port)
     finally:
         for connection in connections:
             connection.close()
 
 
-def held_connections(port):
-    """{pid: connections accepted on the port that it holds}, for every process holding one."""
+def held_connections(serve_pid, port):
+    """{server process: connections accepted on the port that it holds}, for each that holds one."""
     established = tcp_sockets(port, "01")
-    counts = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            mine = len(sockets_held(pid) & established)
-        except (FileNotFoundError, PermissionError):
-            continue
-        if mine:
-            counts[int(pid)] = mine
-    return counts
+    held = {pid: len(sockets_held(pid) & established) for pid in server_processes(serve_pid)}
+    return {pid: count for pid, count in held.items() if count}
 
 
 @pytest.fixture
@@ -110,7 +103,7 @@ def test_each_server_process_accepts_on_a_socket_of_its_own_and_connections_open
     process, port = serve
     sockets = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
     assert sorted(sockets.values()) == sorted(server_processes(process.popen.pid))
-    replies, held = answer_all(port, 32)
+    replies, held = answer_all(process.popen.pid, port, 32)
     assert replies == [ANSWERED] * 32
     assert set(held) == set(sockets.values())
     # The kernel picks a socket by a hash of each connection's addresses: fewer than 5 of 32 for one process comes
@@ -131,7 +124,7 @@ def test_a_process_started_in_place_of_one_that_died_takes_over_its_socket(serve
 
     again = eventually(replaced, timeout=60)
     assert set(again) == set(first)  # the same two sockets, the crashed one's now held by its replacement
-    replies, held = answer_all(port, 16)
+    replies, held = answer_all(process.popen.pid, port, 16)
     assert replies == [ANSWERED] * 16
     assert set(held) <= set(again.values())
 
@@ -148,7 +141,7 @@ def test_sigttin_adds_a_process_with_a_socket_of_its_own_and_sigttou_closes_the_
     again = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
     assert again == first
     # No connection goes to the closed socket, where nobody would accept it: each is answered.
-    replies, _ = answer_all(port, 16)
+    replies, _ = answer_all(process.popen.pid, port, 16)
     assert replies == [ANSWERED] * 16
 
 
