@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import multiprocessing.connection
 import os
+import pickle
 import queue
 import signal
 import socket
@@ -489,9 +491,15 @@ class RollingRestarts(Multiprocess):
     its own (`pin_processes`): once they have started, and at each of the supervisor's checks (every 0.5 s), so that a
     process started again, or in a rolling restart, takes the CPU of the one it replaces. Once SIGTTIN or SIGTTOU has
     changed their number, they are no longer one per CPU: every process may run on every CPU again, until the number
-    is back."""
+    is back.
+
+    The supervisor wakes as soon as a process exits or a signal comes (`run`), where uvicorn's looks every 0.5 s: the
+    connections the kernel hands a dead process's socket wait in it until the replacement accepts them. A slot's
+    process is started at most every RESTART_S, so that one dying as it starts is not started again in a loop."""
 
     STARTUP_S = 60
+    CHECK_S = 0.5  # each process's health is checked this often, as uvicorn does
+    RESTART_S = 0.5  # a slot's process is started at most this often
 
     def __init__(self, config):
         self.shared = None if SPREADS_CONNECTIONS else config.bind_socket()  # one socket for all, as uvicorn binds it
@@ -499,6 +507,8 @@ class RollingRestarts(Multiprocess):
         super().__init__(config, self.slots)
         self.allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.pinned = False
+        self.started_at = {}  # slot: time.monotonic() of its process's last start
+        self.checked_at = 0.0  # time.monotonic() of the last health checks
 
     def new_slot(self, config):
         return self.shared or listening_socket(config.host, config.port)
@@ -506,29 +516,79 @@ class RollingRestarts(Multiprocess):
     def start(self, slot):
         process = Process(self.config, [self.slots[slot]])
         process.start()
+        self.started_at[slot] = time.monotonic()
         return process
+
+    def run(self):
+        """uvicorn's loop, waking when a process exits or a signal comes (their handlers queue them; the wake-up fd
+        says one came), and every CHECK_S otherwise."""
+        log.info("supervisor %s started", os.getpid())
+        woken, wake = os.pipe()
+        os.set_blocking(woken, False)
+        os.set_blocking(wake, False)
+        previous = signal.set_wakeup_fd(wake)
+        try:
+            self.init_processes()
+            while not self.should_exit.is_set():
+                self.wait_for_news(woken)
+                self.handle_signals()
+                self.keep_subprocess_alive()
+            self.terminate_all()
+            self.join_all()
+        finally:
+            signal.set_wakeup_fd(previous)
+            os.close(woken)
+            os.close(wake)
+        log.info("supervisor %s stopped", os.getpid())
+
+    def wait_for_news(self, woken):
+        """Until a running process exits, a signal comes, CHECK_S has passed, or a dead process's slot may start again
+        (RESTART_S after its last start)."""
+        now, timeout, running = time.monotonic(), self.CHECK_S, [woken]
+        for slot, process in enumerate(self.processes):
+            if process.exitcode is None:
+                running.append(process.process.sentinel)
+            else:
+                timeout = min(timeout, max(0.0, self.started_at.get(slot, now) + self.RESTART_S - now))
+        multiprocessing.connection.wait(running, timeout)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(woken, 512):
+                pass
 
     def init_processes(self):
         self.processes = [self.start(slot) for slot in range(len(self.slots))]
         self.pin()
 
     def keep_subprocess_alive(self):
-        """As uvicorn's: a process that died, or that does not answer its health check (killed then), is replaced;
-        one that failed to start stops the supervisor (it would fail again). The replacement takes its socket."""
+        """As uvicorn's, a process that died is started again in its slot, taking over its socket, and so is one that
+        does not answer its health check (killed first); one that failed to start stops the supervisor (it would fail
+        again). Here the dead are seen first, without asking anyone (a process still starting answers only once it
+        has got that far, and the supervisor waited for it), and the health checks come every CHECK_S, not at each
+        wake."""
         for slot, process in enumerate(self.processes):
-            if self.should_exit.is_set():
-                return
-            if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
-                continue
-            process.kill()
-            process.join()
-            if process.exitcode == STARTUP_FAILURE:
-                log.error("server process %s failed to start; stopping", process.pid)
-                self.should_exit.set()
-                return
-            log.info("server process %s died; starting another in its place", process.pid)
-            self.processes[slot] = self.start(slot)
+            if process.exitcode is not None:
+                self.replace(slot)
+        if time.monotonic() >= self.checked_at + self.CHECK_S:
+            self.checked_at = time.monotonic()
+            for slot, process in enumerate(self.processes):
+                if not self.should_exit.is_set() and not answers(process, self.config.timeout_worker_healthcheck):
+                    self.replace(slot)
         self.pin()
+
+    def replace(self, slot):
+        """A new process in the slot of one that died or hung, unless the slot started one less than RESTART_S ago
+        (wait_for_news wakes once it may)."""
+        process = self.processes[slot]
+        if self.should_exit.is_set() or time.monotonic() < self.started_at.get(slot, 0.0) + self.RESTART_S:
+            return
+        process.kill()
+        process.join()
+        if process.exitcode == STARTUP_FAILURE:
+            log.error("server process %s failed to start; stopping", process.pid)
+            self.should_exit.set()
+            return
+        log.info("server process %s died; starting another in its place", process.pid)
+        self.processes[slot] = self.start(slot)
 
     def restart_all(self):
         """Each process replaced by a new one on the same socket, the old one stopped once the new one is ready;
@@ -575,6 +635,23 @@ class RollingRestarts(Multiprocess):
         elif self.pinned:  # a process added or taken away: a CPU would have two of them, or none
             spread_processes(pids, self.allowed)
         self.pinned = bool(cpus)
+
+
+def answers(process, timeout):
+    """Whether a server process (uvicorn's Process) answers its health check within `timeout` s: uvicorn's ping, whose
+    wait ends as soon as the process exits too (uvicorn's waited out the whole timeout, 5 s, for a process that died
+    just before it was asked: the supervisor keeps the pipe's other end, and sees no end of file)."""
+    if process.exitcode is not None:
+        return False
+    try:
+        pipe = process.parent_conn
+        pipe.send(b"ping")
+        if pipe in multiprocessing.connection.wait([pipe, process.process.sentinel], timeout):
+            pipe.recv()
+            return True
+    except (OSError, EOFError, pickle.UnpicklingError):
+        pass
+    return False
 
 
 def listening_socket(host, port):

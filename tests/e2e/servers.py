@@ -89,7 +89,15 @@ class Process:
 def server_processes(serve_pid):
     """The uvicorn processes of a `serve --workers N`: its children, but multiprocessing's resource tracker."""
     children = Path(f"/proc/{serve_pid}/task/{serve_pid}/children").read_text().split()
-    return [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return [int(pid) for pid in children if b"spawn_main" in cmdline(pid)]
+
+
+def cmdline(pid):
+    """A process's command line; empty for one gone (reaped since its parent listed it)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
 
 
 def eventually(check, timeout=20):
