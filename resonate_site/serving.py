@@ -499,6 +499,9 @@ class RollingRestarts(Multiprocess):
 
     STARTUP_S = 60
     CHECK_S = 0.5  # each process's health is checked this often, as uvicorn does
+    # Not asked before: a process answers once its spawn has got that far (0.2-0.5 s), and the supervisor, waiting for
+    # it, would not see another die meanwhile. One that hangs as it starts is asked then, and replaced 5 s later.
+    STARTING_S = 2.0
     RESTART_S = 0.5  # a slot's process is started at most this often
 
     def __init__(self, config):
@@ -564,14 +567,16 @@ class RollingRestarts(Multiprocess):
         does not answer its health check (killed first); one that failed to start stops the supervisor (it would fail
         again). Here the dead are seen first, without asking anyone (a process still starting answers only once it
         has got that far, and the supervisor waited for it), and the health checks come every CHECK_S, not at each
-        wake."""
+        wake, once a process has had STARTING_S to start."""
         for slot, process in enumerate(self.processes):
             if process.exitcode is not None:
                 self.replace(slot)
         if time.monotonic() >= self.checked_at + self.CHECK_S:
             self.checked_at = time.monotonic()
             for slot, process in enumerate(self.processes):
-                if not self.should_exit.is_set() and not answers(process, self.config.timeout_worker_healthcheck):
+                if self.should_exit.is_set() or time.monotonic() < self.started_at.get(slot, 0.0) + self.STARTING_S:
+                    continue
+                if not answers(process, self.config.timeout_worker_healthcheck):
                     self.replace(slot)
         self.pin()
 

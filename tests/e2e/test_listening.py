@@ -172,6 +172,26 @@ def test_a_process_that_dies_is_replaced_at_once_and_one_that_dies_as_it_starts_
 
 
 @pytest.mark.postgres
+def test_a_process_that_hangs_is_replaced_once_it_has_not_answered_its_health_check_for_5_s(serve):
+    process, port = serve
+    serve_pid = process.popen.pid
+    first = eventually(lambda: (found := listeners(serve_pid, port)) and len(found) == 2 and found or None)
+    time.sleep(RollingRestarts.STARTING_S)  # asked its health from then on
+    hung = next(iter(first.values()))
+    before = set(server_processes(serve_pid))
+    stopped = time.monotonic()
+    os.kill(hung, signal.SIGSTOP)
+    _, seen = started_instead(serve_pid, before, timeout=30)
+    # Asked within CHECK_S, then 5 s to answer (uvicorn's timeout_worker_healthcheck).
+    assert 5 <= seen - stopped < 5 + RollingRestarts.CHECK_S + 2, seen - stopped
+    assert hung not in server_processes(serve_pid)  # killed, not left stopped
+    again = eventually(lambda: (found := listeners(serve_pid, port)) and len(found) == 2 and found or None, 60)
+    assert set(again) == set(first) and hung not in again.values()
+    replies, _ = answer_all(serve_pid, port, 16)
+    assert replies == [ANSWERED] * 16
+
+
+@pytest.mark.postgres
 def test_sigttin_adds_a_process_with_a_socket_of_its_own_and_sigttou_closes_the_socket_of_the_one_it_stops(serve):
     process, port = serve
     first = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 2 and found or None)
