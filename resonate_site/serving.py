@@ -552,7 +552,7 @@ class RollingRestarts(Multiprocess):
             if process.exitcode is None:
                 running.append(process.process.sentinel)
             else:
-                timeout = min(timeout, max(0.0, self.started_at.get(slot, now) + self.RESTART_S - now))
+                timeout = min(timeout, max(0.0, self.restartable_at(slot) - now))
         multiprocessing.connection.wait(running, timeout)
         with contextlib.suppress(BlockingIOError):
             while os.read(woken, 512):
@@ -584,7 +584,7 @@ class RollingRestarts(Multiprocess):
         """A new process in the slot of one that died or hung, unless the slot started one less than RESTART_S ago
         (wait_for_news wakes once it may)."""
         process = self.processes[slot]
-        if self.should_exit.is_set() or time.monotonic() < self.started_at.get(slot, 0.0) + self.RESTART_S:
+        if self.should_exit.is_set() or time.monotonic() < self.restartable_at(slot):
             return
         process.kill()
         process.join()
@@ -594,6 +594,10 @@ class RollingRestarts(Multiprocess):
             return
         log.info("server process %s died; starting another in its place", process.pid)
         self.processes[slot] = self.start(slot)
+
+    def restartable_at(self, slot):
+        """When the slot may start a process again: RESTART_S after its last start."""
+        return self.started_at.get(slot, 0.0) + self.RESTART_S
 
     def restart_all(self):
         """Each process replaced by a new one on the same socket, the old one stopped once the new one is ready;
