@@ -72,6 +72,7 @@ class SseClient:
         self.sock = None
         self.closing = False
         self.connects = 0
+        self.history = []  # (ms, "open" | "reset" | "ended"): what a lost message's report shows beside its row
         self.connected = threading.Event()
         threading.Thread(target=self.run, daemon=True, name=f"sse-{id}").start()
 
@@ -79,6 +80,7 @@ class SseClient:
         while not self.closing:
             with contextlib.suppress(OSError):
                 self.read()
+            self.history.append((now_ms(), "ended"))
             self.connected.clear()
             if not self.closing:
                 time.sleep(random.uniform(0.5, 1.0))
@@ -101,6 +103,7 @@ class SseClient:
         if b" 200 " not in head.split(b"\r\n", 1)[0]:
             return
         self.connects += 1
+        self.history.append((now_ms(), "open"))
         self.connected.set()
         data = b""
         while True:
@@ -131,6 +134,7 @@ class SseClient:
         """Cut the connection as a dying host or network does: RST, and whatever was in flight to us is lost."""
         sock = self.sock
         if sock is not None:
+            self.history.append((now_ms(), "reset"))
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the reading thread, which closes it (close alone would not)

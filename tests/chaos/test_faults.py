@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+import psycopg
 import pytest
 
 from tests.chaos.conftest import LONG, record
@@ -222,7 +223,7 @@ def test_production_mode_rides_out_the_fault_and_loses_nothing(deployment, fault
     record(fault.name, recovery, verdict, worst, load.recovery_phases)
 
     assert verdict["errors"] == []
-    assert verdict["lost"] == []
+    assert verdict["lost"] == [], lost_report(deployment, load, verdict["lost"])
     assert verdict["early"] == []
     assert verdict["doubled"] == []
     # When each step of the recovery came, and the logs, say what took so long.
@@ -235,6 +236,26 @@ def test_after_every_fault_the_state_keeps_the_protocols_invariants(deployment):
     """manage.py invariants over every row (at most one timeout per task, no callbacks on settled promises, …)."""
     checked = deployment.check()  # raises CalledProcessError on a violation
     assert "Invariants hold over" in checked.stdout
+
+
+def lost_report(deployment, load, lost):
+    """For each lost id, its messages as the outbox has them and, for a timer, the listener's connects and resets
+    around its deadline: whether the server wrote it to a stream, and what the stream was doing then."""
+    lines = []
+    with psycopg.connect(deployment.direct_url, autocommit=True) as connection:
+        for entry in lost:
+            id = entry.split(" ")[0]
+            rows = connection.execute(
+                "SELECT kind, address, state, attempts, created_at, delivered_at, unreached_since, last_error"
+                " FROM outbox_message WHERE subject = %s ORDER BY created_at",
+                [id],
+            ).fetchall()
+            lines.append(f"{entry}: {rows or 'no message'}")
+            if id in load.ledger.timers:
+                deadline = load.ledger.timers[id]
+                near = [(at - deadline, what) for at, what in load.listener.history if abs(at - deadline) < 5000]
+                lines.append(f"  the listener, ms from its deadline: {near}")
+    return "\n".join(lines)
 
 
 def ride_out(deployment, group, inject, from_its_start=False):
