@@ -196,12 +196,14 @@ class Cluster:
         """Wait until a timeout fires: Beat has ticked and the worker sweeps. Beat's first tick comes an interval after
         its start-up: 2.2 s after the servers were ready on a quiet VM, over 4 s on a slow one, where a test that set a
         2 s timer as the cluster came up measured Beat's start-up, not the sweep (CI, 2026-12-07: 2.0-2.8 s late)."""
-        probe = f"cluster-ready-{uuid.uuid4().hex[:8]}"
-        timer = ["--timeout", "300ms", "--tags", '{"resonate:timer": "true"}']
-        create = [runtime_python(), "manage.py", "promises", "create", probe, *timer]
-        subprocess.run(create, cwd=ROOT, env=self.env, check=True, capture_output=True)
-        deadline = time.monotonic() + timeout
         with psycopg.connect(self.env["DATABASE_URL"], autocommit=True) as connection:
+            if connection.execute("SELECT 1 FROM outbox_pause WHERE id = 1 AND paused").fetchone():
+                raise RuntimeError("background work is paused in this database (debug.start): no timeout fires")
+            probe = f"cluster-ready-{uuid.uuid4().hex[:8]}"
+            timer = ["--timeout", "300ms", "--tags", '{"resonate:timer": "true"}']
+            create = [runtime_python(), "manage.py", "promises", "create", probe, *timer]
+            subprocess.run(create, cwd=ROOT, env=self.env, check=True, capture_output=True)
+            deadline = time.monotonic() + timeout
             query = "SELECT state FROM promises_promise WHERE id = %s"
             while connection.execute(query, [probe]).fetchone()[0] == "pending":
                 if time.monotonic() > deadline:

@@ -110,6 +110,7 @@ def run_histories(urls, label):
     started = time.monotonic()
     try:
         run_state_machine_as_test(LiveConformance, settings=live_settings())
+        assert protocol("debug.stop", {}).status == 200  # the next cluster on this database starts with it running
     finally:
         protocol.close()
         elapsed = time.monotonic() - started
