@@ -10,12 +10,13 @@ group a moment ago and has heard of no stream joining it since knows, without as
 stream can take a message (nobody_listens). The process a stream connects to also tells its deliverer
 (`joins_go_to`), which makes the messages of its group that found no stream due at once.
 
-A message counts as delivered only once its stream has written it to its client (`delivered`): until
-then it stays claimed in the outbox, so one taken by a process that dies before writing it (killed,
-or frozen with its Redis subscription open) is sent again when the claim lapses. One taken but never
-written (the client went away, the stream was full, or it reached a process whose stream had just
-closed) goes back to the outbox at once (`requeue`). What a client's socket had already received when
-the connection broke is lost with it: SSE has no acknowledgements (README.md, known limits).
+A message counts as delivered only once its stream has written it to its client and the connection has
+stayed open RECEIPT_S after (resonate_site/streams.py, then `delivered`): until then it stays claimed in
+the outbox, so one taken by a process that dies before writing it (killed, or frozen with its Redis
+subscription open) is sent again when the claim lapses. One taken but never written (the client went
+away, the stream was full, or it reached a process whose stream had just closed), or written just
+before its connection broke, goes back to the outbox at once (`requeue`). SSE has no acknowledgements:
+what a client vanished without a word held unread is lost with it (README.md, known limits).
 """
 
 import asyncio
@@ -108,7 +109,8 @@ class Stream:
             requeue([identity], delay_ms=_poll_retry_ms())
 
     def written(self, identity):
-        """The stream has written this message to its client: recorded delivered (see `delivered`)."""
+        """The stream has written this message to its client, and its connection stayed open RECEIPT_S after:
+        recorded delivered (see `delivered`)."""
         if identity is not None:
             self.holding.discard(tuple(identity))
         delivered(identity)

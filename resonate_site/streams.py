@@ -1,6 +1,7 @@
 """GET /poll/{group}/{id}: the Server-Sent Events stream that carries execute and unblock messages to a worker."""
 
 import asyncio
+import collections
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
@@ -34,6 +35,13 @@ def never():
     return False
 
 
+# A message written counts as delivered once its connection has stayed open this long after the write. A client
+# that breaks the connection (RST or FIN) loses what was still in flight to it, which a write's success does not
+# tell; a break the server hears within this time sends the message again instead (at least once). Well inside a
+# claim's lease (outbox.delivery.POLL_LEASE_MS, 5 s), so nobody else takes the message meanwhile.
+RECEIPT_S = 0.5
+
+
 async def events(group, id, closing=never):
     """The stream's lines. It is registered here, not in the view, so a client gone before the first line
     never leaves a registered stream behind (the finally below runs only once the generator has started).
@@ -41,9 +49,9 @@ async def events(group, id, closing=never):
     At its maximum age, or when its server process stops (outbox.hub.end_streams), the stream is closed in the hub
     first, then sends what was routed to it before.
     Whatever it took but never handed on goes back to the outbox: a message is handed on only while
-    `closing()` says the connection is open, since a write to a closed one is dropped without an error, and
-    counts as sent, and is recorded delivered, only if the connection was still open when the server asked
-    for the next line.
+    `closing()` says the connection is open, since a write to a closed one is dropped without an error. A message
+    written counts as sent, and is recorded delivered, once the connection is still open RECEIPT_S after the write
+    (or as the stream ends at its maximum age); one whose connection closes sooner goes back to the outbox too.
     """
     try:
         stream = await hub().register(group, id)
@@ -52,14 +60,27 @@ async def events(group, id, closing=never):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + resonate_settings.SSE_MAX_AGE_MS / 1000
     keepalive = resonate_settings.SSE_KEEPALIVE_MS / 1000
-    closed, in_hand = False, None
+    closed, in_hand, unconfirmed = False, None, collections.deque()  # unconfirmed: (written at, identity)
+
+    def confirm(written_before):
+        """Record delivered what was written before `written_before` (loop time), the connection still open."""
+        while unconfirmed and unconfirmed[0][0] <= written_before and not closing():
+            stream.written(unconfirmed.popleft()[1])
+
     try:
         yield KEEPALIVE  # the stream is open: clients see headers and a first line at once
-        while (left := deadline - loop.time()) > 0:
+        quiet_until = loop.time() + keepalive
+        while (now := loop.time()) < deadline:
+            wake = min(quiet_until, deadline, unconfirmed[0][0] + RECEIPT_S if unconfirmed else deadline)
             try:
-                in_hand = await asyncio.wait_for(stream.queue.get(), timeout=min(keepalive, left))
+                in_hand = await asyncio.wait_for(stream.queue.get(), timeout=max(0.0, wake - now))
             except TimeoutError:
-                yield KEEPALIVE
+                if closing():  # what it wrote last may not have reached the client: it goes back (finally)
+                    return
+                confirm(loop.time() - RECEIPT_S)
+                if loop.time() >= quiet_until:
+                    yield KEEPALIVE
+                    quiet_until = loop.time() + keepalive
                 continue
             if in_hand is ENDING:  # its server process is stopping (outbox.hub.end_streams)
                 in_hand = None
@@ -67,10 +88,12 @@ async def events(group, id, closing=never):
             if closing():
                 return
             yield in_hand[0]
+            quiet_until = loop.time() + keepalive
             if closing():  # the write waited for a slow client, whose connection closed meanwhile: it may not have
                 return  # gone out, and is sent again (at least once)
-            stream.written(in_hand[1])  # asked for the next line: this one went out
+            unconfirmed.append((loop.time(), in_hand[1]))
             in_hand = None
+            confirm(loop.time() - RECEIPT_S)
         await hub().close(stream)
         closed = True
         while not stream.queue.empty() and not closing():
@@ -80,14 +103,15 @@ async def events(group, id, closing=never):
             yield in_hand[0]
             if closing():  # as above
                 return
-            stream.written(in_hand[1])
+            unconfirmed.append((loop.time(), in_hand[1]))
             in_hand = None
+        confirm(float("inf"))  # the stream ends here, its connection open: its client reads to the end
     finally:
         try:
             if not closed:
                 await to_the_end(hub().close(stream))
         finally:
-            requeue(([in_hand[1]] if in_hand else []) + stream.leftovers())
+            requeue(([in_hand[1]] if in_hand else []) + [identity for _, identity in unconfirmed] + stream.leftovers())
 
 
 async def to_the_end(coroutine):

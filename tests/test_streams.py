@@ -2,6 +2,7 @@
 and what it took but never sent goes back to the outbox."""
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -13,7 +14,7 @@ from floor.conf import resonate_settings
 from outbox.delivery import deliver
 from outbox.hub import hub
 from outbox.models import DeliveryState, Message, MessageKind
-from resonate_site.streams import events
+from resonate_site.streams import RECEIPT_S, events
 
 ADDRESS = "poll://uni@drain/w1"
 
@@ -217,6 +218,61 @@ def test_a_message_whose_write_outlived_its_connection_goes_back_to_the_outbox(m
 
     assert written == 'data: {"kind":"unblock"}\n\n' and after == []
     assert back_in_the_outbox(key)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_written_just_before_its_connection_broke_goes_back_to_the_outbox(memory_hub, settings):
+    # The write went out and the connection was open after it; the client then broke it (RST or FIN) before
+    # RECEIPT_S passed. What was in flight to it is lost with the connection, so the message is sent again.
+    settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 10_000}
+    key = delivered_message()
+    gone = False
+
+    async def scenario():
+        nonlocal gone
+        lines = events("drain", "w1", closing=lambda: gone)
+        await anext(lines)
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, [key, 1])]) == [True]
+        written = await anext(lines)
+        waiting = asyncio.ensure_future(anext(lines))  # the stream waits for its next message
+        await asyncio.sleep(RECEIPT_S / 5)
+        gone = True  # the client broke the connection within RECEIPT_S of the write
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(waiting, RECEIPT_S * 2)
+        return written
+
+    assert asyncio.run(scenario()) == 'data: {"kind":"unblock"}\n\n'
+    assert back_in_the_outbox(key)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_counts_as_delivered_once_its_connection_has_stayed_open_receipt_s_after_the_write(
+    memory_hub, settings
+):
+    settings.RESONATE = {**settings.RESONATE, "SSE_MAX_AGE_MS": 10_000}
+    key = delivered_message()
+
+    async def scenario():
+        lines = events("drain", "w1")
+        await anext(lines)
+        assert memory_hub.publish_all([(ADDRESS, {"kind": "unblock"}, [key, 1])]) == [True]
+        written_at = time.monotonic()
+        await anext(lines)
+        waiting = asyncio.ensure_future(anext(lines))
+        await asyncio.sleep(RECEIPT_S / 2)
+        early = await asyncio.to_thread(Message.objects.get, key=key)
+        recorded = await asyncio.to_thread(recorded_delivered, key)
+        waited = time.monotonic() - written_at
+        waiting.cancel()  # the client leaves; the stream, still open until now, ends
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await lines.aclose()
+        return early.state, recorded, waited
+
+    early, recorded, waited = asyncio.run(scenario())
+    assert early == DeliveryState.PENDING  # written, not yet confirmed: still claimed
+    assert recorded and waited >= RECEIPT_S
+    assert Message.objects.get(key=key).state == DeliveryState.DELIVERED  # not taken back as the stream ended
 
 
 def delivered_message():
