@@ -36,7 +36,7 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from tests.conformance.test_conformance import Conformance
 from tests.conftest import Protocol
-from tests.e2e.conftest import Cluster, embedded_env, migrate, start_embedded
+from tests.e2e.conftest import Cluster, embedded_env, migrate, new_postgres_database, start_embedded
 from tests.e2e.servers import assert_clean_logs, run_invariants
 
 REDIS_DB = 8  # the machine's Redis, a database of its own (the production fixture uses 7)
@@ -110,7 +110,6 @@ def run_histories(urls, label):
     started = time.monotonic()
     try:
         run_state_machine_as_test(LiveConformance, settings=live_settings())
-        assert protocol("debug.stop", {}).status == 200  # the next cluster on this database starts with it running
     finally:
         protocol.close()
         elapsed = time.monotonic() - started
@@ -118,9 +117,18 @@ def run_histories(urls, label):
         print(f"\nlive conformance {label}: {histories} histories, {steps} steps, {elapsed:.1f} s")
 
 
+@pytest.fixture
+def own_database():
+    """A database for one threshold's run: the histories leave it paused (debug.start) and holding what their last
+    one made, often a schedule far behind its catch-up, which the next run's sweep, started before its histories
+    pause it again, would fire under them."""
+    yield from new_postgres_database(os.environ["DATABASE_URL"])
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("threshold", ["0", "5", "off"])
-def test_production_behaves_as_the_specification_at_every_prepare_threshold(threshold, database_url, tmp_path_factory):
+def test_production_behaves_as_the_specification_at_every_prepare_threshold(threshold, own_database, tmp_path_factory):
+    database_url = own_database
     redis.Redis(db=REDIS_DB).flushdb()
     env = {
         **os.environ,
