@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -11,7 +10,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from tests.e2e.servers import ROOT, Process, assert_clean_logs, free_port, runtime_python, wait_ready
+from tests.e2e.servers import ROOT, Process, assert_clean_logs, eventually, free_port, runtime_python, wait_ready
 
 
 @dataclass
@@ -203,12 +202,12 @@ class Cluster:
             timer = ["--timeout", "300ms", "--tags", '{"resonate:timer": "true"}']
             create = [runtime_python(), "manage.py", "promises", "create", probe, *timer]
             subprocess.run(create, cwd=ROOT, env=self.env, check=True, capture_output=True)
-            deadline = time.monotonic() + timeout
             query = "SELECT state FROM promises_promise WHERE id = %s"
-            while connection.execute(query, [probe]).fetchone()[0] == "pending":
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no timeout fired {timeout} s after production mode started; see {self.logs}")
-                time.sleep(0.05)
+            try:
+                eventually(lambda: connection.execute(query, [probe]).fetchone()[0] != "pending" or None, timeout)
+            except AssertionError:
+                message = f"no timeout fired {timeout} s after production mode started; see {self.logs}"
+                raise RuntimeError(message) from None
 
     def start_worker(self):
         level = os.environ.get("CELERY_LOG_LEVEL", "warning")

@@ -58,9 +58,9 @@ def listeners(serve_pid, port):
     return {inode: pids.pop() for inode, pids in found.items()} if all(len(p) == 1 for p in found.values()) else None
 
 
-def two_listeners(serve_pid, port, timeout=20):
-    """listeners() once the port has two listening sockets, each held by one server process."""
-    return eventually(lambda: (found := listeners(serve_pid, port)) and len(found) == 2 and found or None, timeout)
+def listening(serve_pid, port, count=2, timeout=20):
+    """listeners() once the port has `count` listening sockets, each held by one server process."""
+    return eventually(lambda: (found := listeners(serve_pid, port)) and len(found) == count and found or None, timeout)
 
 
 def answer_all(serve_pid, port, count):
@@ -107,7 +107,7 @@ def serve(database_url, tmp_path):
 @pytest.mark.postgres
 def test_each_server_process_accepts_on_a_socket_of_its_own_and_connections_opened_at_once_are_spread(serve):
     process, port = serve
-    sockets = two_listeners(process.popen.pid, port)
+    sockets = listening(process.popen.pid, port)
     assert sorted(sockets.values()) == sorted(server_processes(process.popen.pid))
     replies, held = answer_all(process.popen.pid, port, 32)
     assert replies == [ANSWERED] * 32
@@ -120,7 +120,7 @@ def test_each_server_process_accepts_on_a_socket_of_its_own_and_connections_open
 @pytest.mark.postgres
 def test_a_process_started_in_place_of_one_that_died_takes_over_its_socket(serve):
     process, port = serve
-    first = two_listeners(process.popen.pid, port)
+    first = listening(process.popen.pid, port)
     crashed = next(iter(first.values()))
     os.kill(crashed, signal.SIGKILL)
 
@@ -150,7 +150,7 @@ def started_instead(serve_pid, before, timeout=20):
 def test_a_process_that_dies_is_replaced_at_once_and_one_that_dies_as_it_starts_only_after_restart_s(serve):
     process, port = serve
     serve_pid = process.popen.pid
-    two_listeners(serve_pid, port)
+    listening(serve_pid, port)
     # Each process of the two, twice: uvicorn's supervisor looked every 0.5 s, and a replacement came 0-0.5 s after
     # the death (all four within 0.25 s about one run in 16).
     waits = []
@@ -161,7 +161,7 @@ def test_a_process_that_dies_is_replaced_at_once_and_one_that_dies_as_it_starts_
             killed = time.monotonic()
             os.kill(crashed, signal.SIGKILL)
             waits.append(started_instead(serve_pid, before)[1] - killed)
-        two_listeners(serve_pid, port, 60)
+        listening(serve_pid, port, timeout=60)
     assert max(waits) < 0.25, waits
     # One that dies as it starts is started again RESTART_S after its last start, not in a loop.
     before = set(server_processes(serve_pid))
@@ -170,7 +170,7 @@ def test_a_process_that_dies_is_replaced_at_once_and_one_that_dies_as_it_starts_
     os.kill(starting, signal.SIGKILL)
     _, again = started_instead(serve_pid, set(server_processes(serve_pid)) | {starting})
     assert again - seen >= RollingRestarts.RESTART_S - 0.1, again - seen
-    sockets = two_listeners(serve_pid, port, 60)
+    sockets = listening(serve_pid, port, timeout=60)
     replies, held = answer_all(serve_pid, port, 16)
     assert replies == [ANSWERED] * 16
     assert set(held) <= set(sockets.values())
@@ -180,7 +180,7 @@ def test_a_process_that_dies_is_replaced_at_once_and_one_that_dies_as_it_starts_
 def test_a_process_that_hangs_is_replaced_once_it_has_not_answered_its_health_check_for_5_s(serve):
     process, port = serve
     serve_pid = process.popen.pid
-    first = two_listeners(serve_pid, port)
+    first = listening(serve_pid, port)
     time.sleep(RollingRestarts.STARTING_S)  # asked its health from then on
     hung = next(iter(first.values()))
     before = set(server_processes(serve_pid))
@@ -190,7 +190,7 @@ def test_a_process_that_hangs_is_replaced_once_it_has_not_answered_its_health_ch
     # Asked within CHECK_S, then 5 s to answer (uvicorn's timeout_worker_healthcheck).
     assert 5 <= seen - stopped < 5 + RollingRestarts.CHECK_S + 2, seen - stopped
     assert hung not in server_processes(serve_pid)  # killed, not left stopped
-    again = two_listeners(serve_pid, port, 60)
+    again = listening(serve_pid, port, timeout=60)
     assert set(again) == set(first) and hung not in again.values()
     replies, _ = answer_all(serve_pid, port, 16)
     assert replies == [ANSWERED] * 16
@@ -199,13 +199,13 @@ def test_a_process_that_hangs_is_replaced_once_it_has_not_answered_its_health_ch
 @pytest.mark.postgres
 def test_sigttin_adds_a_process_with_a_socket_of_its_own_and_sigttou_closes_the_socket_of_the_one_it_stops(serve):
     process, port = serve
-    first = two_listeners(process.popen.pid, port)
+    first = listening(process.popen.pid, port)
     os.kill(process.popen.pid, signal.SIGTTIN)
-    three = eventually(lambda: (found := listeners(process.popen.pid, port)) and len(found) == 3 and found or None)
+    three = listening(process.popen.pid, port, 3)
     assert set(first) < set(three)
     assert len(set(three.values())) == 3
     os.kill(process.popen.pid, signal.SIGTTOU)
-    again = two_listeners(process.popen.pid, port)
+    again = listening(process.popen.pid, port)
     assert again == first
     # No connection goes to the closed socket, where nobody would accept it: each is answered.
     replies, _ = answer_all(process.popen.pid, port, 16)
