@@ -1,6 +1,6 @@
 """The outbox: execute and unblock messages committed with the state change that caused them."""
 
-from django.db import models
+from django.db import connection, models, transaction
 from django.db.models import Q
 
 from floor import rows
@@ -130,9 +130,24 @@ class Pause(models.Model):
 
     @classmethod
     def set(cls, paused):
-        cls.objects.update_or_create(pk=1, defaults={"paused": paused})
+        """On PostgreSQL, once a background sweep's batch under way has committed (see held_paused), so that nothing
+        fires after debug.start has answered. (On SQLite the batch holds the one writer this write waits for.)"""
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                # EXCLUSIVE conflicts with the ROW SHARE lock a batch's FOR SHARE read takes on the table, whether
+                # or not the row exists yet, and lets the deliverers' plain reads (is_paused) through.
+                with connection.cursor() as cursor:
+                    cursor.execute(f"LOCK TABLE {rows.quote(cls._meta.db_table)} IN EXCLUSIVE MODE")
+            cls.objects.update_or_create(pk=1, defaults={"paused": paused})
 
     @classmethod
     def is_paused(cls):
         """Read by every deliverer ten times a second: a cached statement, not an ORM query compiled each time."""
         return bool(rows.query(f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "id" = 1 AND "paused"'))
+
+    @classmethod
+    def held_paused(cls):
+        """is_paused() read inside a background sweep's batch, holding off debug.start's write until that batch
+        commits: a batch either commits before debug.start answers, or reads the pause it set and fires nothing."""
+        lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
+        return bool(rows.query(f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "id" = 1 AND "paused"{lock}'))

@@ -420,3 +420,62 @@ def test_a_settle_racing_the_create_of_its_promise_answers_it_absent_or_settled(
             assert read["promise"]["state"] == ("resolved" if status == 200 else "pending"), (i, status, read)
             if status == 200:
                 assert data["promise"]["state"] == "resolved", data
+
+
+@pytest.mark.django_db(transaction=True)
+def test_debug_start_answers_once_a_sweep_batch_under_way_has_committed_and_no_batch_fires_after_it(
+    server, monkeypatch
+):
+    """A harness pauses the background (debug.start) to compare the stored state with its model's: nothing may fire
+    once it has answered. A background sweep whose batch is under way as debug.start comes holds it off until that
+    batch commits (on PostgreSQL the batch's FOR SHARE read of the pause against debug.start's table lock; on SQLite
+    the one writer), and a batch after debug.start's write reads the pause and fires nothing."""
+    from django.db import connection
+
+    from timeouts import sweep as sweeping
+
+    entered, release = threading.Event(), threading.Event()
+    fire_promises = sweeping.TRANSITIONS["promise"]
+
+    def held(ids, now):
+        fire_promises(ids, now)
+        entered.set()
+        assert release.wait(10)
+
+    with Client(server) as rpc:
+        due_at = now_ms() + 300
+        for id in ("first", "second"):
+            timer = {"id": id, "timeoutAt": due_at, "tags": {"resonate:timer": "true"}}  # a timeout the sweep fires
+            assert rpc("promise.create", timer)[0] == 200
+        time.sleep(max(0, due_at - now_ms()) / 1000 + 0.05)
+        monkeypatch.setitem(sweeping.TRANSITIONS, "promise", held)
+        run_batch = sweeping.run_atomically
+
+        def after_debug_start(run):  # the batches after the held one wait for debug.start's write (SQLite's writer
+            if release.is_set():  # is not handed over in order of asking)
+                time.sleep(0.3)
+            return run_batch(run)
+
+        monkeypatch.setattr(sweeping, "run_atomically", after_debug_start)
+
+        def background():
+            try:
+                return sweeping.sweep(now_ms(), batch=1, clock=now_ms)
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(2) as pool, Client(server) as harness:
+            swept = pool.submit(background)
+            assert entered.wait(10), f"the sweep did not start: {swept.result(timeout=1)} fired"
+            paused = pool.submit(harness, "debug.start", {})
+            time.sleep(0.5)
+            assert not paused.done(), "debug.start answered while a sweep's batch was under way"
+            release.set()
+            assert paused.result(timeout=10)[0] == 200
+            _, as_paused = rpc("debug.snap", {})
+            fired = swept.result(timeout=10)
+        _, snap = rpc("debug.snap", {})
+        assert snap == as_paused, "the sweep fired after debug.start answered"
+        assert fired == 1
+        assert sorted(p["state"] for p in snap["promises"]) == ["pending", "resolved"], snap["promises"]
+        assert rpc("debug.stop", {})[0] == 200

@@ -3,6 +3,7 @@
 import time
 
 from floor.transactions import run_atomically
+from outbox.models import Pause
 from promises.engine import on_promise_timeout
 from schedules.engine import on_schedule_timeout
 from tasks.engine import on_task_lease_timeout, on_task_retry_timeout
@@ -34,7 +35,8 @@ def sweep(now, batch=None, clock=None, until=None):
 
     Without `batch` (debug.tick) everything runs in the caller's transaction. With `batch` (the
     background), each batch is its own transaction and claims its entries with SKIP LOCKED, so
-    several sweepers share the work; every transition re-checks its guard, so nothing fires twice.
+    several sweepers share the work; every transition re-checks its guard, so nothing fires twice. Each batch
+    reads debug.start's pause first (Pause.held_paused): none fires once debug.start has answered.
 
     A promise timeout cannot make another timeout due, nor can a retry or a lease (the retry timeout is
     at least 1 ms); only a schedule's catch-up can (its promises may be born with due timeouts). So one
@@ -65,6 +67,8 @@ def fire(category, transition, now, batch, fired):
     """Run the transition of due entries not yet fired in this sweep; the ids fired (committed, with `batch`)."""
 
     def run():
+        if batch is not None and Pause.held_paused():  # debug.start came during the sweep: no batch after it
+            return []
         ids = [id for id in due(category, now, limit=batch, claim=batch is not None) if (category, id) not in fired]
         if ids:
             transition(ids, now)
