@@ -192,9 +192,9 @@ class Cluster:
         self.wait_until_sweeping()
 
     def wait_until_sweeping(self, timeout=60):
-        """Wait until a timeout fires: Beat has ticked and the worker sweeps. Beat's first tick comes an interval after
-        its start-up: 2.2 s after the servers were ready on a quiet VM, over 4 s on a slow one, where a test that set a
-        2 s timer as the cluster came up measured Beat's start-up, not the sweep (CI, 2026-12-07: 2.0-2.8 s late)."""
+        """Wait until a timeout fires: Beat has started and ticked, and the worker sweeps. Both come up after the
+        servers answer (1-2 s on a quiet VM, more on a slow one): a test that set a 2 s timer as the cluster came up
+        measured their start-up, not the sweep (CI, 2026-12-07: 2.0-2.8 s late)."""
         with psycopg.connect(self.env["DATABASE_URL"], autocommit=True) as connection:
             if connection.execute("SELECT 1 FROM outbox_pause WHERE id = 1 AND paused").fetchone():
                 raise RuntimeError("background work is paused in this database (debug.start): no timeout fires")
