@@ -130,8 +130,9 @@ class Pause(models.Model):
 
     @classmethod
     def set(cls, paused):
-        """On PostgreSQL, once a background sweep's batch under way has committed (see held_paused), so that nothing
-        fires after debug.start has answered. (On SQLite the batch holds the one writer this write waits for.)"""
+        """Pause (debug.start) or resume (debug.stop) the background; returns once a background sweep's batch under
+        way has committed (held_paused), so that nothing fires after debug.start has answered. On SQLite that batch
+        holds the one writer this write waits for."""
         with transaction.atomic():
             if connection.vendor == "postgresql":
                 # EXCLUSIVE conflicts with the ROW SHARE lock a batch's FOR SHARE read takes on the table, whether
