@@ -144,11 +144,14 @@ class Pause(models.Model):
     @classmethod
     def is_paused(cls):
         """Read by every deliverer ten times a second: a cached statement, not an ORM query compiled each time."""
-        return bool(rows.query(f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "id" = 1 AND "paused"'))
+        return cls._read()
 
     @classmethod
     def held_paused(cls):
         """is_paused() read inside a background sweep's batch, holding off debug.start's write until that batch
         commits: a batch either commits before debug.start answers, or reads the pause it set and fires nothing."""
-        lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
+        return cls._read(" FOR SHARE" if connection.vendor == "postgresql" else "")
+
+    @classmethod
+    def _read(cls, lock=""):
         return bool(rows.query(f'SELECT 1 FROM {rows.quote(cls._meta.db_table)} WHERE "id" = 1 AND "paused"{lock}'))
