@@ -68,12 +68,11 @@ PROMISE_CREATE = create_sql("pending", "0::bigint, NULL::text, NULL::bigint, '[]
 TASK_CREATE = create_sql("acquired", "1::bigint, %s::text, %s::bigint, '[]'::jsonb, 1::smallint", message=False)
 
 # promise.settle with nothing registered: the lock, then the writes if it is live with nothing registered.
-SETTLE = (
-    f"""SELECT held.*, set_config('floor.held', held."id"::text, true) FROM (SELECT {COLUMNS}
-  FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE) AS held""",
-    """WITH provided AS MATERIALIZED (SELECT 1 FROM "promises_promise" WHERE "id" = %(id)s AND "state" = 'pending'
-    AND "timeout_at" > %(now)s AND NOT EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
-    AND NOT EXISTS (SELECT 1 FROM "promises_callback" WHERE "awaited_id" = %(id)s)
+# task.fulfill with nothing registered: the same, if the caller also holds the task (acquired, at its version).
+SETTLED_IF = """WITH provided AS MATERIALIZED (SELECT 1 FROM "promises_promise" WHERE "id" = %(id)s
+    AND "state" = 'pending' AND "timeout_at" > %(now)s AND "created_at" <= %(now)s
+    AND NOT EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
+    AND NOT EXISTS (SELECT 1 FROM "promises_callback" WHERE "awaited_id" = %(id)s){held}
     AND current_setting('floor.held', true) = %(id)s),
   s0 AS (UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4,
       "timeout_armed" = v.column5
@@ -84,31 +83,13 @@ SETTLE = (
       "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s AND EXISTS (SELECT 1 FROM provided)),
   s2 AS (DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s)
     AND EXISTS (SELECT 1 FROM provided))
-SELECT count(*) FROM provided""",
-)
-
-# task.fulfill with nothing registered: BEGIN, the lock and the reads; then the writes with COMMIT.
-AWAITING = 'SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = %(id)s AND "awaiter_id" <> %(id)s'
-TASK_COLUMNS = '"id", "state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at"'
-FULFILL_LOCK = (
-    "BEGIN",
-    f'SELECT {COLUMNS} FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE',
-    f'SELECT {TASK_COLUMNS} FROM "tasks_task" WHERE "id" IN (%(id)s) ORDER BY "id" ASC',
-    """SELECT NULL WHERE EXISTS (SELECT 1 FROM "promises_listener" WHERE "promise_id" = %(id)s)
-  UNION ALL SELECT "awaiter_id" FROM "promises_callback" WHERE "awaited_id" = %(id)s""",
-    f'SELECT {COLUMNS} FROM "promises_promise" WHERE "id" IN ({AWAITING}) ORDER BY "id" DESC FOR UPDATE',
-    f'SELECT {TASK_COLUMNS} FROM "tasks_task" WHERE "id" IN ({AWAITING})',
-)
-FULFILL_WRITES = (
-    """UPDATE "promises_promise" SET "state" = v.column2, "value" = v.column3, "settled_at" = v.column4,
-    "timeout_armed" = v.column5
-  FROM (VALUES (CAST(%(id)s AS text), CAST(%(state)s AS varchar(17)), CAST(%(value)s AS jsonb),
-    CAST(%(now)s AS bigint), CAST(false AS boolean))) v WHERE "promises_promise"."id" = v.column1""",
-    """UPDATE "tasks_task" SET "state" = 'fulfilled', "pid" = NULL, "ttl" = NULL, "resumes" = '[]'::jsonb,
-  "timeout_kind" = NULL, "timeout_at" = NULL WHERE "id" = %(id)s""",
-    """DELETE FROM "promises_callback" WHERE "awaiter_id" IN (%(id)s) AND "awaited_id" NOT IN (%(id)s)""",
-    "COMMIT",
-)
+SELECT count(*) FROM provided"""
+LOCK = f"""SELECT held.*, set_config('floor.held', held."id"::text, true) FROM (SELECT {COLUMNS}
+  FROM "promises_promise" WHERE "id" IN (%(id)s) ORDER BY "id" DESC FOR UPDATE) AS held"""
+SETTLE = (LOCK, SETTLED_IF.format(held=""))
+HELD = """
+    AND EXISTS (SELECT 1 FROM "tasks_task" WHERE "id" = %(id)s AND "state" = 'acquired' AND "version" = %(version)s)"""
+FULFILL = (LOCK, SETTLED_IF.format(held=HELD))
 
 
 def now_ms():
@@ -230,9 +211,8 @@ class Handlers:
     def task_fulfill(self, data):
         now, settled = now_ms(), data["action"]["data"]
         value = orjson.dumps(settled["value"]).decode()
-        params = {"id": data["id"], "now": now, "state": settled["state"], "value": value}
-        row = self.together(FULFILL_LOCK, params)[1][0]
-        self.together(FULFILL_WRITES, params)
+        params = {"id": data["id"], "now": now, "state": settled["state"], "value": value, "version": data["version"]}
+        row = self.together(FULFILL, params)[0][0]
         return {"promise": {**promise(row), "state": settled["state"], "value": settled["value"], "settledAt": now}}
 
 

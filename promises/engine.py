@@ -116,18 +116,25 @@ def settle_at_once(promise_id, state, value, now):
     by settle_all, in a transaction (the caller's next step). A promise created after the lock looked for it is
     answered as absent: it was when the string began.
     """
+    settled = settle_if(promise_id, state, value, now, live_and_unregistered(promise_id, now))
+    return None if settled is None else settled[0]
+
+
+def settle_if(promise_id, state, value, now, provided):
+    """Settle the promise in one round trip without a transaction (PostgreSQL) if `provided`, a query (sql, params)
+    that implies live_and_unregistered, finds a row once the promise's lock is held: ([the promise as it stands once
+    the string has run] or [] when it does not exist, whether it was settled there); None elsewhere than on
+    PostgreSQL. settle_at_once's, and task.fulfill's with the task held (tasks.models.held_and_unregistered)."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
         return None
     settling = rows.new(Promise, id=promise_id, state=state, value=value, settled_at=now)
-    locked, written = rows.lock_then_write(
-        Promise, promise_id, live_and_unregistered(promise_id, now), settlement([settling])
-    )
+    locked, written = rows.lock_then_write(Promise, promise_id, provided, settlement([settling]))
     if written:
         for name in SETTLED_FIELDS:  # as written
             setattr(locked[0], name, getattr(settling, name))
-    return locked
+    return locked, written
 
 
 def on_promise_timeout(promise_ids, now):

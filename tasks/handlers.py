@@ -1,7 +1,7 @@
 """task.* handlers (spec T-01 … T-11): each takes the decoded request and `now`, and returns a Reply."""
 
 from floor.protocol import PROTOCOL_VERSION, TASK_NOT_FOUND, Reply, ok, page, searched
-from promises.engine import create, settle
+from promises.engine import create, settle, settle_if
 from promises.handlers import promise_create, promise_settle
 from promises.models import Promise
 from tasks.engine import (
@@ -13,7 +13,7 @@ from tasks.engine import (
     return_to_pending,
     suspend,
 )
-from tasks.models import Task, TaskState
+from tasks.models import Task, TaskState, held_and_unregistered
 
 NOT_PENDING = Reply(409, "Task is not pending")
 NOT_ACQUIRED = Reply(409, "Task is not acquired")
@@ -192,6 +192,23 @@ def task_fulfill(req, now):
     action = req["action"]["data"]
     settle(task.promise, action["state"], action["value"], now, now)
     return ok(promise=task.promise.to_record())
+
+
+def task_fulfill_at_once(req, now):
+    """T-07 in one round trip without a transaction (PostgreSQL), when the caller holds the task and nothing is
+    registered on its promise: the settlement's writes are made only then, asked once the promise's lock is held
+    (held_and_unregistered). Otherwise None (and off PostgreSQL), and task_fulfill runs, in a transaction: it
+    answers the refusals, and takes the listeners and resumes the awaiters (one round trip more for them)."""
+    action = req["action"]["data"]
+    settled = settle_if(
+        req["id"], action["state"], action["value"], now, held_and_unregistered(req["id"], req["version"], now)
+    )
+    if settled is None:
+        return None
+    found, written = settled
+    if not found:
+        return TASK_NOT_FOUND  # no promise, so no task: as it was when the string began
+    return ok(promise=found[0].to_record()) if written else None
 
 
 def task_release(req, now):

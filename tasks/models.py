@@ -1,13 +1,21 @@
 """Tasks: the unit of work behind a targeted promise, with its lease and its single timeout."""
 
 import copy
+from functools import cache
 
 from django.db import connection, models
 from django.db.models import Q
 
 from floor import rows
 from floor.protocol import I64_MAX, later
-from promises.models import Promise, PromiseState, awaiters_of, knowing_registrations, registered_on
+from promises.models import (
+    Promise,
+    PromiseState,
+    awaiters_of,
+    knowing_registrations,
+    live_and_unregistered,
+    registered_on,
+)
 
 
 class TaskState(models.TextChoices):
@@ -133,6 +141,20 @@ class TaskRows:
 
 class TaskManager(TaskRows, models.Manager.from_queryset(TaskQuerySet)):
     pass
+
+
+def held_and_unregistered(task_id, version, now):
+    """The query (sql, params) that finds a row when the caller holds the task (tasks.handlers.held: acquired, at
+    this version, its promise live) and nothing is registered on its promise (live_and_unregistered): asked once the
+    promise's lock is held, which guards the task too. task.fulfill's settlement in one round trip (settle_if)."""
+    sql, params = live_and_unregistered(task_id, now)
+    return sql + _held(), [*params, task_id, TaskState.ACQUIRED, version]
+
+
+@cache
+def _held():
+    task = rows.quote(Task._meta.db_table)
+    return f' AND EXISTS (SELECT 1 FROM {task} WHERE "id" = %s AND "state" = %s AND "version" = %s)'
 
 
 MUTABLE_FIELDS = ("state", "version", "pid", "ttl", "resumes", "timeout_kind", "timeout_at")

@@ -248,11 +248,12 @@ def test_a_heartbeat_renews_a_lease_to_what_acquiring_would_and_saturates_at_the
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("registration", ["listener", "callback"])
-def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_registered(server, registration):
-    """promise.settle asks whether anything is registered on the promise once it holds the promise's lock
-    (promises.engine.settle_at_once, then PromiseQuerySet.locked_to_settle), and only a promise with nothing
-    registered is settled there, or has its writes sent with the commit, with no listener taken and no awaiter
-    resumed. Asked in the locking statement's own snapshot, taken
+@pytest.mark.parametrize("settling", ["promise.settle", "task.fulfill"])
+def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_registered(server, registration, settling):
+    """promise.settle and task.fulfill ask whether anything is registered on the promise once they hold the
+    promise's lock (promises.engine.settle_if, then PromiseQuerySet.locked_to_settle or TaskQuerySet.locked_to_settle),
+    and only a promise with nothing registered is settled there, or has its writes sent with the commit, with no
+    listener taken and no awaiter resumed. Asked in the locking statement's own snapshot, taken
     before the wait, the answer would miss a registration committed by the transaction it waited for: the
     listener would get no unblock, and the callback would be left behind."""
     import psycopg
@@ -262,7 +263,15 @@ def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_regist
     from promises.models import Callback, Listener
 
     with Client(server) as rpc:
-        assert rpc("promise.create", {"id": "rs", "timeoutAt": FAR})[0] == 200
+        if settling == "promise.settle":
+            assert rpc("promise.create", {"id": "rs", "timeoutAt": FAR})[0] == 200
+            request = {"id": "rs", "state": "resolved", "value": {}}
+        else:
+            action = {"kind": "promise.create", "head": {}, "data": {"id": "rs", "timeoutAt": FAR}}
+            status, created = rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
+            assert status == 200
+            settle = {"kind": "promise.settle", "head": {}, "data": {"id": "rs", "state": "resolved", "value": {}}}
+            request = {"id": "rs", "version": created["task"]["version"], "action": settle}
         assert rpc("promise.create", {"id": "rs-awaiter", "timeoutAt": FAR})[0] == 200
         dsn = connection.get_connection_params()
         with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
@@ -272,11 +281,12 @@ def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_regist
             else:
                 holder.execute("INSERT INTO promises_callback (awaited_id, awaiter_id) VALUES ('rs', 'rs-awaiter')")
             with ThreadPoolExecutor(1) as pool, Client(server) as other:
-                settle = pool.submit(other, "promise.settle", {"id": "rs", "state": "resolved", "value": {}})
+                settle = pool.submit(other, settling, request)
                 time.sleep(0.5)
                 assert not settle.done(), "the settle did not wait for the promise's lock"
                 holder.commit()
                 assert settle.result(timeout=10)[0] == 200
+        assert rpc("promise.get", {"id": "rs"})[1]["promise"]["state"] == "resolved"
     assert not Listener.objects.filter(promise_id="rs").exists()
     assert not Callback.objects.filter(awaited_id="rs").exists()
     if registration == "listener":
@@ -312,6 +322,41 @@ def test_a_settle_that_waited_for_a_settling_transaction_leaves_its_value_as_it_
         assert settled["promise"]["state"] == "rejected" and settled["promise"]["value"]["data"] == "Zmlyc3Q=", settled
         status, read = rpc("promise.get", {"id": "ss"})
     assert read["promise"]["state"] == "rejected" and read["promise"]["settledAt"] == 1, read
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("holder_did", ["release", "acquire again"])
+def test_a_fulfill_that_waited_for_the_promises_lock_is_refused_a_task_it_no_longer_holds(server, holder_did):
+    """task.fulfill's one query string (tasks.handlers.task_fulfill_at_once) asks whether the caller holds the task
+    once the promise's lock is held, as every task write does: a fulfill blocked behind a release, or behind a lease
+    expiry and another acquire, must get a 409 and leave the promise pending, not settle it for a holder that has
+    lost the task. Asked in the locking statement's snapshot, taken before the wait, it would find the task still
+    held."""
+    import psycopg
+    from django.db import connection
+
+    with Client(server) as rpc:
+        action = {"kind": "promise.create", "head": {}, "data": {"id": "fl", "timeoutAt": FAR}}
+        status, created = rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})
+        assert status == 200
+        version = created["task"]["version"]
+        settle = {"kind": "promise.settle", "head": {}, "data": {"id": "fl", "state": "resolved", "value": {}}}
+        dsn = connection.get_connection_params()
+        with psycopg.connect(**{k: v for k, v in dsn.items() if k != "cursor_factory"}) as holder:
+            holder.execute("SELECT 1 FROM promises_promise WHERE id = 'fl' FOR UPDATE")  # as every task write does
+            if holder_did == "release":
+                holder.execute("UPDATE tasks_task SET state = 'pending', pid = NULL, ttl = NULL WHERE id = 'fl'")
+            else:
+                holder.execute("UPDATE tasks_task SET version = version + 1, pid = 'other' WHERE id = 'fl'")
+            with ThreadPoolExecutor(1) as pool, Client(server) as other:
+                fulfilling = pool.submit(other, "task.fulfill", {"id": "fl", "version": version, "action": settle})
+                time.sleep(0.5)
+                assert not fulfilling.done(), "the fulfill did not wait for the promise's lock"
+                holder.commit()
+                status, refused = fulfilling.result(timeout=10)
+        assert status == 409, refused
+        assert rpc("promise.get", {"id": "fl"})[1]["promise"]["state"] == "pending"
 
 
 @pytest.mark.postgres

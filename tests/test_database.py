@@ -1156,11 +1156,12 @@ def first(trip):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("sent_before", [10**9, 0], ids=["as-strings", "as-functions"])
 def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tmp_path, monkeypatch, sent_before):
-    """promise.settle locks the promise and asks what is registered on it in one round trip; with nothing
-    registered its writes go with COMMIT (two round trips in all), and so do task.fulfill's and a fenced
-    settle's. With a listener the settlement takes it and writes its unblock: a round trip for the settlement,
-    then the unblock with the COMMIT. A task.fulfill whose promise has an awaiter (and no listener) locks the
-    awaiter and reads its task with its own lock, and sends the settlement and the resume with the COMMIT. A
+    """promise.settle and task.fulfill lock the promise, ask what is registered on it (and task.fulfill whether the
+    caller holds the task) and, with nothing registered, write the settlement, in one query string in autocommit; a
+    fenced settle sends its writes with COMMIT (two round trips in all). With a listener the settlement takes it and
+    writes its unblock in a transaction: a round trip for the settlement, then the unblock with the COMMIT. A
+    task.fulfill whose promise has an awaiter (and no listener) then locks the awaiter and reads its task with its
+    own lock, and sends the settlement and the resume with the COMMIT. A
     registration's insert goes with COMMIT, task.create of a new promise is one statement, and task.acquire one
     query string. A round trip
     is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent). The same
@@ -1216,8 +1217,9 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     settle = {"kind": "promise.settle", "head": {}, "data": {"id": "held", "state": "resolved", "value": {}}}
     fulfil = {"id": "held", "version": created["data"]["task"]["version"], "action": settle}
     fulfilled = round_trips(envelope("task.fulfill", fulfil))
-    assert len(fulfilled) == 2, fulfilled  # task.fulfill asks the same question of the task's promise
-    assert "EXISTS" in said(fulfilled[0]) and fulfilled[1].endswith('; COMMIT"'), fulfilled
+    assert len(fulfilled) == 1, fulfilled  # task.fulfill asks the same question, and whether the task is held
+    assert "FOR UPDATE" in said(fulfilled[0]) and '"tasks_task"' in said(fulfilled[0]), fulfilled
+    assert 'UPDATE "promises_promise"' in said(fulfilled[0]) and "BEGIN;" not in fulfilled[0], fulfilled
 
     action = {"kind": "promise.create", "head": {}, "data": {"id": "fencing", "timeoutAt": 10**13}}
     created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
@@ -1230,8 +1232,8 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     settled = ("alone", "listened", "held", "fenced")
     assert {rows.fetch(Promise, id).state for id in settled} == {"resolved"}
 
-    # A fulfill that resumes its suspended awaiter: the awaiter's lock and task read go with the promise's own lock,
-    # and the settlement, the awaiter's write and its execute with the COMMIT.
+    # A fulfill that resumes its suspended awaiter: that query string writes nothing; then the awaiter's lock and task
+    # read go with the promise's own lock, and the settlement, the awaiter's write and its execute with the COMMIT.
     target = {"resonate:target": "poll://any@g"}
     versions = {}
     for id in ("parent", "child"):
@@ -1243,11 +1245,11 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     assert answer(envelope("task.suspend", suspend))["head"]["status"] == 200
     settle = {"kind": "promise.settle", "head": {}, "data": {"id": "child", "state": "resolved", "value": {}}}
     resumed = round_trips(envelope("task.fulfill", {"id": "child", "version": versions["child"], "action": settle}))
-    assert len(resumed) == 2, resumed
-    locks = said(resumed[0])
+    assert len(resumed) == 3, resumed
+    locks = said(resumed[1])
     assert locks.count("FOR UPDATE") == 2 and '"awaiter_id" FROM' in locks, resumed  # child; its awaiters
-    assert first(resumed[1]).startswith('UPDATE "promises_promise"'), resumed  # the settlement, first
-    assert "outbox_message" in said(resumed[1]) and resumed[1].endswith('; COMMIT"'), resumed  # resume, execute
+    assert first(resumed[2]).startswith('UPDATE "promises_promise"'), resumed  # the settlement, first
+    assert "outbox_message" in said(resumed[2]) and resumed[2].endswith('; COMMIT"'), resumed  # resume, execute
     assert rows.fetch(Promise, "child").state == "resolved"
     from tasks.models import Task
 

@@ -41,7 +41,7 @@ OPERATIONS = {
     "task.fence": Operation(s.TaskFence, tasks.task_fence, first=tasks.task_fence_read),
     "task.heartbeat": Operation(s.TaskHeartbeat, tasks.task_heartbeat, AUTOCOMMIT),
     "task.suspend": Operation(s.TaskSuspend, tasks.task_suspend),
-    "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill),
+    "task.fulfill": Operation(s.TaskFulfill, tasks.task_fulfill, first=tasks.task_fulfill_at_once, first_writes=True),
     "task.release": Operation(s.TaskRelease, tasks.task_release),
     "task.halt": Operation(s.ById, tasks.task_halt),
     "task.continue": Operation(s.ById, tasks.task_continue),
