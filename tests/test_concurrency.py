@@ -249,7 +249,9 @@ def test_a_heartbeat_renews_a_lease_to_what_acquiring_would_and_saturates_at_the
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("registration", ["listener", "callback"])
 @pytest.mark.parametrize("settling", ["promise.settle", "task.fulfill"])
-def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_registered(server, registration, settling):
+def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_registered(
+    server, registration, settling, monkeypatch
+):
     """promise.settle and task.fulfill ask whether anything is registered on the promise once they hold the
     promise's lock (promises.engine.settle_if, then PromiseQuerySet.locked_to_settle or TaskQuerySet.locked_to_settle),
     and only a promise with nothing registered is settled there, or has its writes sent with the commit, with no
@@ -261,6 +263,9 @@ def test_a_settle_that_waited_for_a_registering_transaction_takes_what_it_regist
 
     from outbox.models import Message
     from promises.models import Callback, Listener
+    from tasks import handlers
+
+    monkeypatch.setattr(handlers, "FULFILLS", handlers.Hunch())  # task.fulfill's first step tried
 
     with Client(server) as rpc:
         if settling == "promise.settle":
@@ -327,7 +332,9 @@ def test_a_settle_that_waited_for_a_settling_transaction_leaves_its_value_as_it_
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("holder_did", ["release", "acquire again"])
-def test_a_fulfill_that_waited_for_the_promises_lock_is_refused_a_task_it_no_longer_holds(server, holder_did):
+def test_a_fulfill_that_waited_for_the_promises_lock_is_refused_a_task_it_no_longer_holds(
+    server, holder_did, monkeypatch
+):
     """task.fulfill's one query string (tasks.handlers.task_fulfill_at_once) asks whether the caller holds the task
     once the promise's lock is held, as every task write does: a fulfill blocked behind a release, or behind a lease
     expiry and another acquire, must get a 409 and leave the promise pending, not settle it for a holder that has
@@ -336,6 +343,9 @@ def test_a_fulfill_that_waited_for_the_promises_lock_is_refused_a_task_it_no_lon
     import psycopg
     from django.db import connection
 
+    from tasks import handlers
+
+    monkeypatch.setattr(handlers, "FULFILLS", handlers.Hunch())  # its first step tried
     with Client(server) as rpc:
         action = {"kind": "promise.create", "head": {}, "data": {"id": "fl", "timeoutAt": FAR}}
         status, created = rpc("task.create", {"pid": "w", "ttl": 60_000, "action": action})

@@ -1152,6 +1152,27 @@ def first(trip):
     return said(trip).removeprefix("Parse").strip(' "')
 
 
+def traced(body, tmp_path):
+    """The round trips a request made, answered in this process: each a simple query, or an extended one up to its
+    Sync (libpq's trace of what the connection sent)."""
+    raw, trace = connection.connection, tmp_path / "libpq.trace"
+    with open(trace, "w") as sink:
+        raw.pgconn.trace(sink.fileno())
+        try:
+            reply = answer(body)
+        finally:
+            raw.pgconn.untrace()
+    assert reply["head"]["status"] == 200, reply
+    sent = [line.split("\t")[3:] for line in trace.read_text().splitlines() if "\tF\t" in line]
+    trips, current = [], []
+    for kind, *rest in sent:
+        current.append(rest[0] if kind == "Query" else kind + (f" {rest[-1]}" if kind == "Parse" else ""))
+        if kind in ("Query", "Sync"):
+            trips.append(" ".join(current))
+            current = []
+    return trips
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("sent_before", [10**9, 0], ids=["as-strings", "as-functions"])
@@ -1167,27 +1188,14 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     is a simple query, or an extended one up to its Sync (libpq's trace of what the connection sent). The same
     round trips whether statements sent together go as they are or as their function (floor.functions)."""
     from promises.models import Promise
+    from tasks import handlers
 
     monkeypatch.setattr(functions, "SENT_BEFORE", sent_before)
     monkeypatch.setattr(functions, "_shapes", {})
+    monkeypatch.setattr(handlers, "FULFILLS", handlers.Hunch())  # its first step tried (tested apart)
 
     def round_trips(body):
-        raw, trace = connection.connection, tmp_path / "libpq.trace"
-        with open(trace, "w") as sink:
-            raw.pgconn.trace(sink.fileno())
-            try:
-                reply = answer(body)
-            finally:
-                raw.pgconn.untrace()
-        assert reply["head"]["status"] == 200, reply
-        sent = [line.split("\t")[3:] for line in trace.read_text().splitlines() if "\tF\t" in line]
-        trips, current = [], []
-        for kind, *rest in sent:
-            current.append(rest[0] if kind == "Query" else kind + (f" {rest[-1]}" if kind == "Parse" else ""))
-            if kind in ("Query", "Sync"):
-                trips.append(" ".join(current))
-                current = []
-        return trips
+        return traced(body, tmp_path)
 
     for id in ("alone", "listened"):
         assert answer(envelope("promise.create", {"id": id, "timeoutAt": 10**13}))["head"]["status"] == 200
@@ -1261,6 +1269,70 @@ def test_the_round_trips_of_settlements_registrations_task_create_and_acquire(tm
     acquired = round_trips(envelope("task.acquire", acquire))
     assert len(acquired) == 1 and first(acquired[0]).startswith("WITH held AS MATERIALIZED"), acquired
     assert rows.fetch(Task, "parent").state == "acquired"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_fulfils_skip_their_one_round_trip_while_those_before_them_mostly_had_something_registered(
+    tmp_path, monkeypatch
+):
+    """task.fulfill's first step (one query string in autocommit) writes nothing when the promise has a listener or an
+    awaiter, as the SDKs' promises mostly do, and costs a round trip before the transaction that answers. Once the
+    last fulfils in the process were mostly so (tasks.handlers.FULFILLS), the transaction runs at once; once they
+    were mostly not, the first step is tried again. Every answer is the same either way."""
+    from tasks import handlers
+
+    monkeypatch.setattr(handlers, "FULFILLS", handlers.Hunch(memory=4))
+
+    def fulfil(id, listened):
+        action = {"kind": "promise.create", "head": {}, "data": {"id": id, "timeoutAt": 10**13}}
+        created = answer(envelope("task.create", {"pid": "w", "ttl": 60_000, "action": action}))
+        if listened:
+            listen = {"awaited": id, "address": "poll://uni@g/w"}
+            assert answer(envelope("promise.register_listener", listen))["head"]["status"] == 200
+        settle = {"kind": "promise.settle", "head": {}, "data": {"id": id, "state": "resolved", "value": {}}}
+        trips = traced(
+            envelope("task.fulfill", {"id": id, "version": created["data"]["task"]["version"], "action": settle}),
+            tmp_path,
+        )
+        assert answer(envelope("promise.get", {"id": id}))["data"]["promise"]["state"] == "resolved"
+        # not counted: psycopg preparing a statement it has sent often enough, once a connection
+        return len([trip for trip in trips if not (trip.startswith("Parse") and "Execute" not in trip)])
+
+    # listened: the first step tried and writing nothing (1), then the transaction (3: the lock, the settlement
+    # taking the listener, the unblock with COMMIT), until the guess turns
+    assert [fulfil(f"l{n}", True) for n in range(4)] == [4, 4, 3, 3]
+    # nothing registered: the transaction alone (the lock, the writes with COMMIT), until the guess turns back; then
+    # the one query string
+    assert [fulfil(f"u{n}", False) for n in range(4)] == [2, 2, 2, 1]
+
+
+def test_a_hunch_follows_the_most_of_what_went_lately():
+    from tasks.handlers import Hunch
+
+    hunch = Hunch(memory=4)
+    assert hunch.likely  # tried at first
+    outcomes = []
+    for at_once in [False] * 6 + [True] * 3 + [False, True] * 3:
+        hunch.went(at_once=at_once)
+        outcomes.append(hunch.likely)
+    assert outcomes == [
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
